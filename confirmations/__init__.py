@@ -1,0 +1,1 @@
+"""Human approval of pending confirmations and the one executor of approved mutations."""

@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""Forge MCP quickstart: `python3 forge.py up` runs the service, `python3 forge.py test` the test suite.
+
+Needs only Python 3.11+. Both commands create `.venv/` and install the project into it when missing or
+when pyproject.toml changed, so they are safe to run again. `up` also migrates the database, creates the
+secrets, a demo operator and a demo token, prints how to connect, and serves on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+PYTHON = VENV / "bin" / "python"
+STAMP = VENV / ".forge-installed"
+
+
+def ensure_environment(extras: str) -> None:
+    if sys.version_info < (3, 11):
+        sys.exit(f"Forge MCP needs Python 3.11 or newer; this is {sys.version.split()[0]}.")
+    if not PYTHON.exists():
+        print(f"# creating {VENV}", flush=True)
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + extras.encode()).hexdigest()
+    if STAMP.exists() and STAMP.read_text() == wanted:
+        return
+    print(f"# installing Forge MCP{extras} into {VENV}", flush=True)
+    pip = [str(PYTHON), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "--upgrade", "pip"], check=True)
+    subprocess.run([*pip, "-e", f".{extras}"], cwd=ROOT, check=True)
+    STAMP.write_text(wanted)
+
+
+def manage(*args: str) -> None:
+    subprocess.run([str(PYTHON), "manage.py", *args], cwd=ROOT, check=True)
+
+
+def up(argv: list[str]) -> None:
+    host = os.environ.get("FORGE_HOST", "127.0.0.1")
+    port = os.environ.get("FORGE_PORT", "8000")
+    ensure_environment("")
+    manage("migrate", "--noinput", "-v", "0")
+    manage("demo_setup", "--host", host, "--port", port)
+    os.chdir(ROOT)
+    os.execv(str(PYTHON), [str(PYTHON), "manage.py", "runmcp", "--host", host, "--port", port, *argv])
+
+
+def test(argv: list[str]) -> None:
+    ensure_environment("[dev]")
+    os.chdir(ROOT)
+    os.execv(str(PYTHON), [str(PYTHON), "-m", "pytest", *argv])
+
+
+def main() -> None:
+    commands = {"up": up, "test": test}
+    if len(sys.argv) < 2 or sys.argv[1] not in commands:
+        sys.exit("usage: python3 forge.py up | test [pytest arguments]")
+    commands[sys.argv[1]](sys.argv[2:])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+"""ASGI entry point: the MCP transports as Channels consumers, everything else through Django."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "forge_site.settings")
+
+from django.core.asgi import get_asgi_application
+
+django_application = get_asgi_application()
+
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from django.urls import path, re_path  # noqa: E402
+
+from mcp_api.consumers import LegacyMessagesConsumer, LegacySseConsumer, StreamableHttpConsumer  # noqa: E402
+from mcp_api.tools import ensure_loaded  # noqa: E402
+
+ensure_loaded()
+
+application = ProtocolTypeRouter(
+    {
+        "http": URLRouter(
+            [
+                path("mcp", StreamableHttpConsumer.as_asgi()),
+                path("mcp/", StreamableHttpConsumer.as_asgi()),
+                path("sse", LegacySseConsumer.as_asgi()),
+                path("messages/", LegacyMessagesConsumer.as_asgi()),
+                re_path(r"", django_application),
+            ]
+        ),
+    }
+)

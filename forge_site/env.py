@@ -1,0 +1,86 @@
+"""Reading configuration from the environment, loudly.
+
+Every `FORGE_*` setting goes through these helpers so that a typo in a value stops the process at
+start-up with a message naming the variable, instead of silently falling back to a default. Secrets are
+files under `$FORGE_DATA_DIR/secrets/` (mode 0600), created on first use and never stored in a table.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def envstr(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+def envbool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean; use 1 or 0.")
+
+
+def envint(name: str, default: int, *, minimum: int | None = None) -> int:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a whole number.") from None
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name}={value} is below the minimum of {minimum}.")
+    return value
+
+
+def envfloat(name: str, default: float, *, minimum: float = 0.0) -> float:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a number.") from None
+    if value < minimum:
+        raise ImproperlyConfigured(f"{name}={value} is below the minimum of {minimum}.")
+    return value
+
+
+def envlist(name: str) -> list[str]:
+    return [item.strip() for item in os.environ.get(name, "").split(",") if item.strip()]
+
+
+def secret_file(directory: Path, name: str, nbytes: int = 32) -> str:
+    """Return the secret stored in `directory/name`, creating it (mode 0600) on first use.
+
+    The file is created with O_EXCL so that two processes starting at once agree on one value: the
+    loser of the race reads what the winner wrote.
+    """
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = directory / name
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        value = path.read_text().strip()
+        if not value:
+            raise ImproperlyConfigured(f"secret file {path} is empty; delete it to have a new one made.")
+        return value
+    value = secrets.token_urlsafe(nbytes)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(value + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    return value

@@ -1,0 +1,157 @@
+"""Settings for Forge MCP, all from the environment with safe defaults (see README, "Configuration").
+
+The embedded default needs no services: SQLite in WAL mode and the in-memory channel layer, everything
+written under `FORGE_DATA_DIR`. `DATABASE_URL` (PostgreSQL) and `REDIS_URL` (channels-redis) switch to
+the scale-out path, where several daphne processes share sessions through the database and stream
+messages through Redis.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dj_database_url
+
+from forge_site.env import envbool, envfloat, envint, envlist, envstr, secret_file
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+FORGE_DATA_DIR = Path(envstr("FORGE_DATA_DIR", str(BASE_DIR / "var"))).resolve()
+FORGE_SECRETS_DIR = FORGE_DATA_DIR / "secrets"
+FORGE_PROJECTS_ROOT = Path(envstr("FORGE_PROJECTS_ROOT", str(FORGE_DATA_DIR / "projects"))).resolve()
+FORGE_AUDIT_LOG = Path(envstr("FORGE_AUDIT_LOG", str(FORGE_DATA_DIR / "audit" / "audit.jsonl"))).resolve()
+FORGE_DATA_DIR.mkdir(parents=True, exist_ok=True)
+
+SECRET_KEY = secret_file(FORGE_SECRETS_DIR, "django-secret-key", 48)
+DEBUG = envbool("FORGE_DEBUG", False)
+
+# Loopback only unless the operator says otherwise; the MCP transports check Host and Origin
+# themselves against the same lists (DNS rebinding).
+ALLOWED_HOSTS = ["127.0.0.1", "localhost", "[::1]", "::1", *envlist("FORGE_ALLOWED_HOSTS")]
+FORGE_ALLOWED_ORIGINS = envlist("FORGE_ALLOWED_ORIGINS")
+CSRF_TRUSTED_ORIGINS = FORGE_ALLOWED_ORIGINS
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "channels",
+    "guardian",
+    "audit",
+    "projects",
+    "caretaker",
+    "confirmations",
+    "mcp_api",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "forge_site.urls"
+ASGI_APPLICATION = "forge_site.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+_database_url = envstr("DATABASE_URL", "")
+if _database_url:
+    DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=None)}
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": FORGE_DATA_DIR / "forge.sqlite3",
+            "OPTIONS": {
+                # WAL lets readers run beside the single writer; IMMEDIATE takes the write lock at BEGIN so
+                # two writers queue on busy_timeout instead of failing with "database is locked" mid-way.
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=10000;",
+                "transaction_mode": "IMMEDIATE",
+            },
+        }
+    }
+# Persistent connections: with Django's default of 0 every thread hop reopens the database, which made
+# a call four times slower on this stack (DESIGN section 16).
+DATABASES["default"]["CONN_MAX_AGE"] = None
+
+REDIS_URL = envstr("REDIS_URL", "")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 60},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 1000}}
+    }
+
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "guardian.backends.ObjectPermissionBackend",
+]
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 10}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+ANONYMOUS_USER_NAME = None  # guardian: no anonymous user row
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = FORGE_DATA_DIR / "static"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+LOGIN_URL = "/console/login/"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+}
+
+# --- MCP ------------------------------------------------------------------------------------------
+FORGE_OVERRIDE_SECURITIES = envbool("FORGE_OVERRIDE_SECURITIES", False)  # read once at start
+FORGE_MAX_BODY_BYTES = envint("FORGE_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
+FORGE_SSE_KEEPALIVE_SECONDS = envfloat("FORGE_SSE_KEEPALIVE_SECONDS", 15.0, minimum=0.05)
+FORGE_STREAM_RECHECK_SECONDS = envfloat("FORGE_STREAM_RECHECK_SECONDS", 300.0, minimum=0.05)
+FORGE_TOOLS_PAGE_SIZE = envint("FORGE_TOOLS_PAGE_SIZE", 50, minimum=1)
+FORGE_PUBLIC_URL = envstr("FORGE_PUBLIC_URL", "")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": envstr("FORGE_LOG_LEVEL", "WARNING")},
+    "loggers": {
+        "forge": {"level": envstr("FORGE_LOG_LEVEL", "INFO"), "propagate": True},
+        "daphne": {"level": "WARNING"},
+        "django.channels.server": {"level": "WARNING"},
+    },
+}

@@ -1,0 +1,1 @@
+"""The MCP edge: JSON-RPC, protocol revisions, transports, sessions, client identity and the tools."""

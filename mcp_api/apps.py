@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class McpApiConfig(AppConfig):
+    name = "mcp_api"
+    verbose_name = "MCP"
+    default_auto_field = "django.db.models.BigAutoField"

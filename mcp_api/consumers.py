@@ -1,0 +1,310 @@
+"""The MCP transports as Channels consumers: Streamable HTTP at /mcp, legacy HTTP+SSE at /sse + /messages/.
+
+One consumer instance per HTTP request. A plain exchange (most POSTs) reads the body within the size
+limit, makes exactly one database hop through `exchange.handle_*` and writes the reply; it never
+touches the channel layer. A stream (GET /mcp, GET /sse, `subscriptions/listen`, and the legacy
+transport's answers) joins channel-layer groups, so a message sent by any process reaches it: events
+arrive as `mcp.message`, `mcp.tools_changed`, `mcp.revoked`, `mcp.session_ended` and land in the
+methods of the same names. Streams send keep-alive comments, re-check their token now and then, and
+end when the client goes away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from channels.consumer import AsyncConsumer, get_handler_name
+from channels.db import database_sync_to_async
+from channels.exceptions import StopConsumer
+from channels.layers import get_channel_layer
+from channels.utils import await_many_dispatch
+from django.conf import settings
+from django.utils import timezone
+
+from audit.models import EventKind
+from audit.services import AuditUnavailable, record
+from mcp_api import exchange as ex
+from mcp_api.jsonrpc import INVALID_REQUEST, RpcError, encode
+from mcp_api.origin import refusal_reason
+from mcp_api.revisions import SUBSCRIPTION_ID_META_KEY
+
+logger = logging.getLogger("forge.mcp")
+
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache, no-transform"),
+    (b"x-accel-buffering", b"no"),
+]
+
+
+def sse_event(data: str, *, event: str = "message", event_id: str | None = None) -> bytes:
+    lines = [f"event: {event}"]
+    if event_id is not None:
+        lines.append(f"id: {event_id}")
+    lines.extend(f"data: {line}" for line in data.split("\n"))
+    return ("\n".join(lines) + "\n\n").encode()
+
+
+@database_sync_to_async
+def _audit_origin_refusal(path: str, reason: str) -> None:
+    with contextlib.suppress(AuditUnavailable):
+        record(EventKind.ORIGIN_REFUSED, arguments={"path": path, "reason": reason}, outcome="refused")
+
+
+class McpHttpConsumer(AsyncConsumer):
+    """Base of the MCP endpoints: request/response by default, a channel-layer stream when asked."""
+
+    handlers: dict[str, Callable[[ex.Exchange], ex.Reply]] = {}
+
+    async def __call__(self, scope, receive, send) -> None:
+        self.scope = scope
+        self.base_send = send
+        self.channel_layer = None
+        self.plan: ex.StreamPlan | None = None
+        self.event_seq = 0
+        self.keepalive: asyncio.Task | None = None
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        reason = refusal_reason(headers)
+        if reason is not None:
+            await _audit_origin_refusal(scope.get("path", ""), reason)
+            await self.send_reply(
+                ex.Reply.rpc_error(RpcError(INVALID_REQUEST, f"Forbidden: {reason}"), status=403)
+            )
+            return
+        body = await self.read_body(receive, headers)
+        if body is None:
+            return
+        await self.handle(ex.Exchange.from_scope(scope, body))
+        if self.plan is None:
+            return
+        try:
+            await await_many_dispatch([receive, self.channel_receive], self.dispatch)
+        except StopConsumer:
+            pass
+        finally:
+            await self.stream_closed()
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        # Channels' dispatch makes a thread hop per message to close stale connections; our database
+        # work already runs in database_sync_to_async, which does that, so the hop is pure cost.
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is not None:
+            await handler(message)
+
+    async def read_body(self, receive, headers: dict[str, str]) -> bytes | None:
+        """The request body, or None after refusing one over the limit (before parsing any of it)."""
+        limit = settings.FORGE_MAX_BODY_BYTES
+        declared = headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            await self.refuse_oversize(limit)
+            return None
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                await self.refuse_oversize(limit)
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body"):
+                return b"".join(chunks)
+
+    async def refuse_oversize(self, limit: int) -> None:
+        exc = RpcError(
+            INVALID_REQUEST, f"The request body is larger than {limit} bytes; send a smaller message."
+        )
+        await self.send_reply(ex.Reply.rpc_error(exc, status=413))
+
+    async def handle(self, exchange: ex.Exchange) -> None:
+        handler = self.handlers.get(exchange.method)
+        if handler is None:
+            allowed = ", ".join(sorted(self.handlers))
+            exc = RpcError(INVALID_REQUEST, f"Method {exchange.method} is not allowed here; use {allowed}.")
+            reply = ex.Reply.rpc_error(exc, status=405)
+            reply.headers["Allow"] = allowed
+            await self.send_reply(reply)
+            return
+        reply = await database_sync_to_async(handler)(exchange)
+        if reply.deliver:
+            layer = get_channel_layer()
+            for group, message in reply.deliver:
+                await layer.group_send(group, {"type": "mcp.message", "message": message})
+        if reply.stream is not None:
+            await self.open_stream(reply)
+        else:
+            await self.send_reply(reply)
+
+    async def send_reply(self, reply: ex.Reply) -> None:
+        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers.items()]
+        if reply.body is None:
+            await self.send({"type": "http.response.start", "status": reply.status, "headers": headers})
+            await self.send({"type": "http.response.body", "body": b""})
+            return
+        if reply.sse:
+            await self.send(
+                {"type": "http.response.start", "status": reply.status, "headers": SSE_HEADERS + headers}
+            )
+            await self.send({"type": "http.response.body", "body": sse_event(encode(reply.body).decode())})
+            return
+        if isinstance(reply.body, str):
+            body, content_type = reply.body.encode(), b"text/plain; charset=utf-8"
+        else:
+            body, content_type = encode(reply.body), b"application/json"
+        headers.append((b"content-type", content_type))
+        await self.send({"type": "http.response.start", "status": reply.status, "headers": headers})
+        await self.send({"type": "http.response.body", "body": body})
+
+    # --- streams ----------------------------------------------------------------------------------
+
+    async def open_stream(self, reply: ex.Reply) -> None:
+        plan = reply.stream
+        assert plan is not None
+        self.plan = plan
+        self.channel_layer = get_channel_layer()
+        self.channel_name = await self.channel_layer.new_channel()
+        self.channel_receive = functools.partial(self.channel_layer.receive, self.channel_name)
+        for group in plan.groups:
+            await self.channel_layer.group_add(group, self.channel_name)
+        headers = SSE_HEADERS + [(k.encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers.items()]
+        await self.send({"type": "http.response.start", "status": 200, "headers": headers})
+        first = b"".join(
+            sse_event(data, event=event, event_id=self.next_event_id()) for event, data in plan.first_events
+        )
+        # A comment as the first bytes makes the server flush the headers, so the client sees the stream open.
+        await self.send({"type": "http.response.body", "body": first or b": open\n\n", "more_body": True})
+        self.keepalive = asyncio.create_task(self.keep_alive())
+
+    def next_event_id(self) -> str | None:
+        if self.plan is not None and self.plan.subscription_id is not None:
+            return None  # listen streams carry no ids: a client would try to resume them
+        self.event_seq += 1
+        return str(self.event_seq)
+
+    async def send_event(self, message: dict[str, Any]) -> None:
+        await self.send(
+            {
+                "type": "http.response.body",
+                "body": sse_event(encode(message).decode(), event_id=self.next_event_id()),
+                "more_body": True,
+            }
+        )
+
+    async def keep_alive(self) -> None:
+        """Send keep-alive comments; re-check the token and session now and then; close when they lapse."""
+        plan = self.plan
+        assert plan is not None
+        interval = settings.FORGE_SSE_KEEPALIVE_SECONDS
+        recheck = settings.FORGE_STREAM_RECHECK_SECONDS
+        since_check = 0.0
+        try:
+            while True:
+                await asyncio.sleep(interval)
+                since_check += interval
+                expired = plan.token_expires_at is not None and plan.token_expires_at <= timezone.now()
+                if not expired and since_check >= recheck:
+                    since_check = 0.0
+                    expired = not await database_sync_to_async(ex.handle_stream_check)(
+                        plan.token_id, plan.session_id
+                    )
+                    for group in plan.groups:  # refresh group membership before the layer expires it
+                        await self.channel_layer.group_add(group, self.channel_name)
+                if expired:
+                    await self.channel_layer.send(self.channel_name, {"type": "mcp.close"})
+                    return
+                await self.send({"type": "http.response.body", "body": b": keepalive\n\n", "more_body": True})
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the stream's own housekeeping must not leave it hanging: end it
+            logger.exception("stream keep-alive failed")
+            with contextlib.suppress(Exception):
+                await self.channel_layer.send(self.channel_name, {"type": "mcp.close"})
+
+    async def end_stream(self) -> None:
+        plan = self.plan
+        if plan is not None and plan.subscription_id is not None:
+            final = {
+                "jsonrpc": "2.0",
+                "id": plan.subscription_id,
+                "result": {
+                    "resultType": "complete",
+                    "_meta": {SUBSCRIPTION_ID_META_KEY: plan.subscription_id},
+                },
+            }
+            await self.send_event(final)
+        await self.send({"type": "http.response.body", "body": b"", "more_body": False})
+        raise StopConsumer()
+
+    async def stream_closed(self) -> None:
+        if self.keepalive is not None:
+            self.keepalive.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.keepalive
+        plan = self.plan
+        if plan is None:
+            return
+        for group in plan.groups:
+            with contextlib.suppress(Exception):
+                await self.channel_layer.group_discard(group, self.channel_name)
+        if plan.end_session_on_close and plan.session_id:
+            await database_sync_to_async(ex.handle_stream_closed)(plan.session_id)
+
+    # --- events from the channel layer and the client ----------------------------------------------
+
+    async def mcp_message(self, event: dict[str, Any]) -> None:
+        message = event["message"]
+        for item in message if isinstance(message, list) else [message]:
+            await self.send_event(item)
+
+    async def mcp_tools_changed(self, event: dict[str, Any]) -> None:
+        method = "notifications/tools/list_changed"
+        if self.plan is None or method not in self.plan.notifications:
+            return
+        notification: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if self.plan.subscription_id is not None:
+            notification["params"] = {"_meta": {SUBSCRIPTION_ID_META_KEY: self.plan.subscription_id}}
+        await self.send_event(notification)
+
+    async def mcp_revoked(self, event: dict[str, Any]) -> None:
+        await self.end_stream()
+
+    async def mcp_session_ended(self, event: dict[str, Any]) -> None:
+        await self.end_stream()
+
+    async def mcp_close(self, event: dict[str, Any]) -> None:
+        await self.end_stream()
+
+    async def http_disconnect(self, message: dict[str, Any]) -> None:
+        raise StopConsumer()
+
+    async def http_request(self, message: dict[str, Any]) -> None:
+        """Body chunks after the body was read belong to nothing; ignore them."""
+
+
+class StreamableHttpConsumer(McpHttpConsumer):
+    """`/mcp`: POST messages, GET a stream for server messages, DELETE to end the session."""
+
+    handlers = {
+        "POST": ex.handle_streamable_post,
+        "GET": ex.handle_streamable_get,
+        "DELETE": ex.handle_streamable_delete,
+    }
+
+
+class LegacySseConsumer(McpHttpConsumer):
+    """`/sse` (2024-11-05): the stream; its first event names the endpoint to POST messages to."""
+
+    handlers = {"GET": ex.handle_sse_open}
+
+
+class LegacyMessagesConsumer(McpHttpConsumer):
+    """`/messages/?session_id=`: accepts a message (202); its answer travels on the session's stream."""
+
+    handlers = {"POST": ex.handle_sse_message}

@@ -1,0 +1,83 @@
+"""`python manage.py demo_setup`: the quickstart's demo operator and demo token, made once and reused.
+
+The demo operator's password and the demo client token are kept in `$FORGE_DATA_DIR/secrets/` (mode
+0600) so that running the quickstart again prints the same credentials; the database holds only the
+token's digest. Prints the URLs and a ready client configuration.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+
+from mcp_api.services import authenticate_token, do_create_operator, do_create_token
+
+DEMO_OPERATOR = "operator"
+DEMO_CLIENT = "demo"
+
+
+def _write_secret(path: Path, value: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(value + "\n")
+
+
+def client_configurations(url: str, sse_url: str, token: str) -> dict[str, object]:
+    header = {"Authorization": f"Bearer {token}"}
+    return {
+        "claude_desktop": {"mcpServers": {"forge": {"type": "http", "url": url, "headers": header}}},
+        "claude_code": f"claude mcp add --transport http forge {url} --header 'Authorization: Bearer {token}'",
+        "cursor": {"mcpServers": {"forge": {"url": url, "headers": header}}},
+        "inspector": f"npx @modelcontextprotocol/inspector --cli {url} --transport http "
+        f"--header 'Authorization: Bearer {token}' --method tools/list",
+        "legacy_sse": {"url": sse_url, "headers": header},
+    }
+
+
+class Command(BaseCommand):
+    help = "Create (once) the demo operator and demo client token and print how to connect."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=8000)
+
+    def handle(self, *args, host: str, port: int, **options) -> None:
+        folder = settings.FORGE_SECRETS_DIR
+        password_file, token_file = folder / "demo-operator-password", folder / "demo-token"
+        if password_file.exists():
+            password = password_file.read_text().strip()
+        else:
+            password = secrets.token_urlsafe(12)
+            _write_secret(password_file, password)
+        do_create_operator(DEMO_OPERATOR, password, acting_user="demo_setup")
+        token = token_file.read_text().strip() if token_file.exists() else ""
+        if authenticate_token(token) is None:
+            from django.contrib.auth import get_user_model
+
+            owner = get_user_model().objects.get(username=DEMO_OPERATOR)
+            token = do_create_token(owner=owner, label=DEMO_CLIENT, acting_user="demo_setup").raw
+            _write_secret(token_file, token)
+        base = f"http://{host}:{port}"
+        url, sse_url = f"{base}/mcp", f"{base}/sse"
+        self.stdout.write(
+            "\n".join(
+                [
+                    "",
+                    f"MCP (Streamable HTTP): {url}",
+                    f"MCP (legacy SSE):      {sse_url}",
+                    f"Client token:          {token}",
+                    f"Console:               {base}/console/  (login {DEMO_OPERATOR} / {password})",
+                    "",
+                    "Client configuration (Claude Desktop / Cursor mcp.json):",
+                    json.dumps(client_configurations(url, sse_url, token)["claude_desktop"], indent=2),
+                    "Claude Code: " + str(client_configurations(url, sse_url, token)["claude_code"]),
+                    "",
+                ]
+            )
+        )

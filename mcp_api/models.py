@@ -1,0 +1,84 @@
+"""Client tokens and MCP sessions: the identity and session state every daphne process shares."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class ClientToken(models.Model):
+    """A bearer token for one MCP client. Only the SHA-256 digest of the token is stored."""
+
+    label = models.CharField(max_length=200, help_text="The client's attribution, shown in the audit log.")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="client_tokens"
+    )
+    digest = models.CharField(max_length=64, unique=True, editable=False)
+    prefix = models.CharField(
+        max_length=16, editable=False, help_text="The first characters, to recognise it."
+    )
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.label} ({self.prefix}…)"
+
+    def is_usable(self, now=None) -> bool:
+        now = now or timezone.now()
+        return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
+
+    @property
+    def principal(self) -> str:
+        return f"token:{self.pk}"
+
+
+class Transport(models.TextChoices):
+    STREAMABLE_HTTP = "streamable-http"
+    SSE = "sse"
+
+
+class McpSession(models.Model):
+    """One MCP session, bound to the token that opened it. Ended sessions are kept for the record."""
+
+    id = models.CharField(primary_key=True, max_length=64, editable=False)
+    token = models.ForeignKey(ClientToken, on_delete=models.CASCADE, related_name="sessions")
+    transport = models.CharField(max_length=20, choices=Transport.choices)
+    protocol_version = models.CharField(max_length=20, blank=True)
+    client_info = models.JSONField(default=dict, blank=True)
+    initialized = models.BooleanField(default=False)
+    context_generation = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.id[:8]}… {self.client_name or self.token.label}"
+
+    @property
+    def client_name(self) -> str:
+        return str(self.client_info.get("name", "")) if isinstance(self.client_info, dict) else ""
+
+    @property
+    def group(self) -> str:
+        return session_group(self.id)
+
+
+def session_group(session_id: str) -> str:
+    """The channel-layer group every stream of a session joins."""
+    return f"mcp.session.{session_id}"
+
+
+def token_group(token_id: int) -> str:
+    """The channel-layer group every stream opened with a token joins, so revocation closes them."""
+    return f"mcp.token.{token_id}"
+
+
+BROADCAST_GROUP = "mcp.broadcast"

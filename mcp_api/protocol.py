@@ -1,0 +1,190 @@
+"""The MCP method layer: one table of methods, the lifecycle, and the single exception-to-wire boundary.
+
+`respond(ctx, message)` answers one JSON-RPC request for an authenticated principal, whatever the
+transport and revision; the transports only move bytes. It runs inside the one database hop of a call
+(DESIGN section 16), so everything here is synchronous Django code.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+
+from audit.models import EventKind
+from audit.services import AuditUnavailable, record
+from mcp_api import tools as registry
+from mcp_api.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, RpcError, error, result
+from mcp_api.models import ClientToken, McpSession
+from mcp_api.revisions import ALL_REVISIONS, SERVER_INFO_META_KEY, is_stateless
+
+logger = logging.getLogger("forge.mcp")
+
+SERVER_NAME = "forge-mcp"
+SERVER_VERSION = "0.1.0"
+SERVER_INFO = {"name": SERVER_NAME, "title": "Forge MCP", "version": SERVER_VERSION}
+CAPABILITIES = {"tools": {"listChanged": True}}
+
+
+@dataclass
+class CallContext:
+    """Who is calling, over what, at which revision: what every method and tool handler receives."""
+
+    token: ClientToken
+    revision: str
+    transport: str
+    session: McpSession | None = None
+    client_info: dict[str, Any] = field(default_factory=dict)
+    client_capabilities: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def stateless(self) -> bool:
+        return is_stateless(self.revision)
+
+    @property
+    def called_by(self) -> str:
+        return self.token.owner.get_username()
+
+    @property
+    def session_id(self) -> str:
+        return self.session.id if self.session is not None else ""
+
+
+def instructions() -> str:
+    mode = (
+        "OVERRIDE MODE: direct writes are enabled and still wait for an operator's confirmation."
+        if settings.FORGE_OVERRIDE_SECURITIES
+        else "Governed mode: you may read projects and propose changes; people accept them."
+    )
+    return (
+        f"Forge MCP serves IEC 61131-3 PLC projects (PLCopen XML). {mode} "
+        "Start with session.status to see what this session may do. To change a project: read it, "
+        "change_group.begin, change_group.check, change_group.stage, then change_group.submit; an operator "
+        "reviews and accepts the working draft in the Forge console. No tool accepts or applies a change "
+        "on its own, and a statement in chat is never an approval."
+    )
+
+
+def _ping(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
+    return {}
+
+
+def _tools_list(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
+    page = registry.list_page(params.get("cursor"))
+    if ctx.stateless:
+        # The list depends on the principal and on flags an operator can change at any time.
+        page.update({"ttlMs": 0, "cacheScope": "private"})
+    return page
+
+
+def _server_discover(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "supportedVersions": list(ALL_REVISIONS),
+        "capabilities": CAPABILITIES,
+        "instructions": instructions(),
+        "ttlMs": 0,
+        "cacheScope": "private",
+    }
+
+
+def _tools_call(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
+    name = params.get("name")
+    tool = registry.find_tool(name)
+    if tool is None:
+        raise RpcError(
+            INVALID_PARAMS,
+            f"Unknown tool {str(name)[:100]!r}. Call tools/list for the tools this server offers.",
+        )
+    raw_arguments = params.get("arguments")
+    try:
+        arguments = tool.parse(raw_arguments)
+    except RpcError:
+        _audit_call(ctx, tool, raw_arguments if isinstance(raw_arguments, dict) else {}, "invalid_params")
+        raise
+    try:
+        structured = tool.handler(ctx, arguments)
+        outcome, is_error = "ok", False
+    except registry.ToolError as refusal:
+        structured = refusal.to_structured()
+        outcome, is_error = refusal.code, True
+    try:
+        _audit_call(ctx, tool, arguments.model_dump(mode="json"), outcome)
+    except AuditUnavailable:
+        refusal = registry.ToolError(
+            "FORGE_ERR_AUDIT_UNAVAILABLE",
+            "The audit log cannot be written, so nothing was done. Try again later; if it persists, "
+            "ask an operator to check the server's database and audit mirror.",
+        )
+        structured, is_error = refusal.to_structured(), True
+    return tool_result(structured, is_error=is_error)
+
+
+def _audit_call(ctx: CallContext, tool: registry.Tool, arguments: dict[str, Any], outcome: str) -> None:
+    record(
+        EventKind.TOOL_CALL,
+        tool=tool.name,
+        arguments=arguments,
+        secret_keys=tool.secret_arguments,
+        outcome=outcome,
+        called_by=ctx.called_by,
+        session=ctx.session_id,
+        client_label=ctx.token.label,
+    )
+
+
+def tool_result(structured: dict[str, Any], *, is_error: bool = False) -> dict[str, Any]:
+    return {
+        "content": [{"type": "text", "text": json.dumps(structured, ensure_ascii=False, default=str)}],
+        "structuredContent": structured,
+        "isError": is_error,
+    }
+
+
+@dataclass(frozen=True)
+class Method:
+    handler: Callable[[CallContext, dict[str, Any]], dict[str, Any]]
+    stateless_only: bool = False
+    handshake_only: bool = False
+
+    def offered_at(self, ctx: CallContext) -> bool:
+        return not (self.stateless_only and not ctx.stateless) and not (self.handshake_only and ctx.stateless)
+
+
+METHODS: dict[str, Method] = {
+    "ping": Method(_ping, handshake_only=True),  # removed in 2026-07-28
+    "tools/list": Method(_tools_list),
+    "tools/call": Method(_tools_call),
+    "server/discover": Method(_server_discover, stateless_only=True),
+}
+
+
+def respond(ctx: CallContext, message: dict[str, Any]) -> dict[str, Any]:
+    """Answer one JSON-RPC request. Never raises: every failure becomes an error object."""
+    request_id = message.get("id")
+    method = METHODS.get(message["method"])
+    try:
+        if method is None or not method.offered_at(ctx):
+            raise RpcError(
+                METHOD_NOT_FOUND,
+                f"Method {message['method'][:100]!r} is not offered at revision {ctx.revision}. "
+                "This server offers tools: call tools/list.",
+            )
+        value = method.handler(ctx, message.get("params") or {})
+    except RpcError as exc:
+        return error(request_id, exc)
+    except Exception:
+        logger.exception("internal error answering %s", message.get("method"))
+        return error(request_id, RpcError(INTERNAL_ERROR, "Internal error. The server logged it; try again."))
+    return result(request_id, shape_result(ctx.revision, value))
+
+
+def shape_result(revision: str, value: dict[str, Any]) -> dict[str, Any]:
+    """Add what a stateless-revision result must carry: its resultType and the server's identity."""
+    if is_stateless(revision):
+        value.setdefault("resultType", "complete")
+        value["_meta"] = {**value.get("_meta", {}), SERVER_INFO_META_KEY: SERVER_INFO}
+    return value

@@ -1,0 +1,183 @@
+"""State changes of client identity and sessions, each one transactional function that also audits.
+
+Views, consumers, console actions and management commands call these; none of them saves a
+`ClientToken` or `McpSession` directly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from audit.models import EventKind
+from audit.services import record
+from mcp_api.models import ClientToken, McpSession, Transport, session_group, token_group
+
+TOKEN_PREFIX = "fmcp_"
+
+
+def token_digest(raw: str) -> str:
+    # Tokens carry 256 bits of randomness, so a plain SHA-256 is the right digest: a slow password hash
+    # would add nothing but latency to every call.
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class NewToken:
+    token: ClientToken
+    raw: str
+
+
+def do_create_token(
+    *, owner: AbstractBaseUser, label: str, expires_at: datetime | None = None, acting_user: str = ""
+) -> NewToken:
+    """Create a client token and return it with its raw value, which is shown once and never stored."""
+    raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    with transaction.atomic():
+        token = ClientToken.objects.create(
+            label=label, owner=owner, digest=token_digest(raw), prefix=raw[:12], expires_at=expires_at
+        )
+        record(
+            EventKind.TOKEN_CREATED,
+            arguments={"label": label, "owner": owner.get_username(), "expires_at": str(expires_at or "")},
+            outcome="created",
+            called_by=acting_user or owner.get_username(),
+            client_label=label,
+        )
+    return NewToken(token=token, raw=raw)
+
+
+def do_revoke_token(token: ClientToken, *, acting_user: str) -> None:
+    """Revoke a token at once: its next request is refused and its open streams are closed."""
+    with transaction.atomic():
+        updated = ClientToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(
+            revoked_at=timezone.now()
+        )
+        if not updated:
+            return
+        record(
+            EventKind.TOKEN_REVOKED,
+            arguments={"token": token.prefix},
+            outcome="revoked",
+            called_by=acting_user,
+            client_label=token.label,
+        )
+        transaction.on_commit(lambda: notify_streams(token_group(token.pk), "mcp.revoked"))
+    token.refresh_from_db(fields=["revoked_at"])
+
+
+def authenticate_token(raw: str | None) -> ClientToken | None:
+    """The usable token for a raw bearer value, or None."""
+    if not raw or not raw.startswith(TOKEN_PREFIX) or len(raw) > 200:
+        return None
+    token = ClientToken.objects.select_related("owner").filter(digest=token_digest(raw)).first()
+    if token is None or not token.is_usable() or not token.owner.is_active:
+        return None
+    return token
+
+
+def new_session_id() -> str:
+    return secrets.token_urlsafe(24)
+
+
+def do_open_session(
+    token: ClientToken,
+    *,
+    transport: Transport,
+    protocol_version: str = "",
+    client_info: dict | None = None,
+    initialized: bool = False,
+) -> McpSession:
+    session = McpSession.objects.create(
+        id=new_session_id(),
+        token=token,
+        transport=transport,
+        protocol_version=protocol_version,
+        client_info=client_info or {},
+        initialized=initialized,
+    )
+    record(
+        EventKind.SESSION_OPENED,
+        arguments={
+            "transport": str(transport),
+            "protocol_version": protocol_version,
+            "client": client_info or {},
+        },
+        outcome="opened",
+        called_by=token.owner.get_username(),
+        session=session.id,
+        client_label=token.label,
+    )
+    return session
+
+
+def find_session(token: ClientToken, session_id: str | None) -> McpSession | None:
+    """The open session with this id opened by this token; another principal's id is 'no such session'."""
+    if not session_id or len(session_id) > 64:
+        return None
+    return McpSession.objects.filter(id=session_id, token=token, ended_at__isnull=True).first()
+
+
+def do_end_session(session: McpSession, *, reason: str) -> bool:
+    """End a session (DELETE, stream closed, token revoked). Returns False when it had already ended."""
+    with transaction.atomic():
+        ended = McpSession.objects.filter(pk=session.pk, ended_at__isnull=True).update(
+            ended_at=timezone.now()
+        )
+        if not ended:
+            return False
+        record(
+            EventKind.SESSION_ENDED,
+            arguments={"reason": reason},
+            outcome="ended",
+            called_by=session.token.owner.get_username(),
+            session=session.id,
+            client_label=session.token.label,
+        )
+        transaction.on_commit(lambda: notify_streams(session_group(session.id), "mcp.session_ended"))
+    return True
+
+
+def notify_streams(group: str, event_type: str, **payload) -> None:
+    """Send an event to every stream in a channel-layer group, whichever process holds it."""
+    layer = get_channel_layer()
+    if layer is not None:
+        async_to_sync(layer.group_send)(group, {"type": event_type, **payload})
+
+
+OPERATORS_GROUP = "operators"
+
+
+def do_create_operator(name: str, password: str, *, acting_user: str):
+    """Create a console operator (or reset an existing one's password) and audit it."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group, Permission
+
+    with transaction.atomic():
+        group, _ = Group.objects.get_or_create(name=OPERATORS_GROUP)
+        group.permissions.set(
+            Permission.objects.filter(
+                content_type__app_label__in=["mcp_api", "audit", "projects", "confirmations"]
+            )
+        )
+        user, created = get_user_model().objects.get_or_create(username=name)
+        user.is_staff = True
+        user.is_active = True
+        user.set_password(password)
+        user.save()
+        user.groups.add(group)
+        record(
+            EventKind.OPERATOR_CREATED,
+            arguments={"name": name},
+            outcome="created" if created else "password_reset",
+            called_by=acting_user,
+        )
+    return user, created

@@ -1,0 +1,48 @@
+"""Tools that work before consent and never return project content: `server_info`, `session.status`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+from mcp_api.protocol import SERVER_NAME, SERVER_VERSION, CallContext
+from mcp_api.revisions import ALL_REVISIONS
+from mcp_api.tools import NoArguments, tool
+
+
+@tool("server_info", title="Server information")
+def server_info(ctx: CallContext, args: NoArguments) -> dict[str, Any]:
+    """What this Forge MCP server is: its version, the MCP revisions and transports it speaks, whether
+    the deployment runs in override mode, and the team certificate authorities it trusts."""
+    return {
+        "name": SERVER_NAME,
+        "version": SERVER_VERSION,
+        "revisions": list(ALL_REVISIONS),
+        "transports": {
+            "streamable_http": "/mcp",
+            "legacy_sse": "/sse",
+            "stdio": "python manage.py mcp_stdio",
+        },
+        "override_securities": settings.FORGE_OVERRIDE_SECURITIES,
+        "trust_store_cas": [],
+        "caretaker": {"active": False},
+    }
+
+
+@tool("session.status", title="Session status")
+def session_status(ctx: CallContext, args: NoArguments) -> dict[str, Any]:
+    """Who this session is and what it may do: the negotiated revision, the principal and client label,
+    the session id (none for stateless clients) and the session's context generation."""
+    session = ctx.session
+    return {
+        "revision": ctx.revision,
+        "transport": ctx.transport,
+        "principal": ctx.token.principal,
+        "owner": ctx.called_by,
+        "client_label": ctx.token.label,
+        "client_info": ctx.client_info,
+        "session_id": session.id if session is not None else None,
+        "stateless": ctx.stateless,
+        "context_generation": session.context_generation if session is not None else 0,
+    }
