@@ -75,12 +75,12 @@ def secret_file(directory: Path, name: str, nbytes: int = 32) -> str:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         value = path.read_text().strip()
-        if not value:
-            raise ImproperlyConfigured(f"secret file {path} is empty; delete it to have a new one made.")
-        return value
-    value = secrets.token_urlsafe(nbytes)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(value + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+    else:
+        value = secrets.token_urlsafe(nbytes)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(value + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+    if not value:
+        raise ImproperlyConfigured(f"secret file {path} is empty; delete it to have a new one made.")
     return value

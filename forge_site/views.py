@@ -49,6 +49,4 @@ async def readyz(request) -> JsonResponse:
         "channel_layer": await _channel_layer_answers(),
     }
     ready = all(checks.values())
-    return JsonResponse(
-        {"status": "ready" if ready else "not ready", "checks": checks}, status=200 if ready else 503
-    )
+    return JsonResponse({"status": "ready" if ready else "not ready", "checks": checks}, status=200 if ready else 503)

@@ -72,9 +72,7 @@ class McpHttpConsumer(AsyncConsumer):
         reason = refusal_reason(headers)
         if reason is not None:
             await _audit_origin_refusal(scope.get("path", ""), reason)
-            await self.send_reply(
-                ex.Reply.rpc_error(RpcError(INVALID_REQUEST, f"Forbidden: {reason}"), status=403)
-            )
+            await self.send_reply(ex.Reply.rpc_error(RpcError(INVALID_REQUEST, f"Forbidden: {reason}"), status=403))
             return
         body = await self.read_body(receive, headers)
         if body is None:
@@ -118,9 +116,7 @@ class McpHttpConsumer(AsyncConsumer):
                 return b"".join(chunks)
 
     async def refuse_oversize(self, limit: int) -> None:
-        exc = RpcError(
-            INVALID_REQUEST, f"The request body is larger than {limit} bytes; send a smaller message."
-        )
+        exc = RpcError(INVALID_REQUEST, f"The request body is larger than {limit} bytes; send a smaller message.")
         await self.send_reply(ex.Reply.rpc_error(exc, status=413))
 
     async def handle(self, exchange: ex.Exchange) -> None:
@@ -149,9 +145,7 @@ class McpHttpConsumer(AsyncConsumer):
             await self.send({"type": "http.response.body", "body": b""})
             return
         if reply.sse:
-            await self.send(
-                {"type": "http.response.start", "status": reply.status, "headers": SSE_HEADERS + headers}
-            )
+            await self.send({"type": "http.response.start", "status": reply.status, "headers": SSE_HEADERS + headers})
             await self.send({"type": "http.response.body", "body": sse_event(encode(reply.body).decode())})
             return
         if isinstance(reply.body, str):
@@ -211,9 +205,7 @@ class McpHttpConsumer(AsyncConsumer):
                 expired = plan.token_expires_at is not None and plan.token_expires_at <= timezone.now()
                 if not expired and since_check >= recheck:
                     since_check = 0.0
-                    expired = not await database_sync_to_async(ex.handle_stream_check)(
-                        plan.token_id, plan.session_id
-                    )
+                    expired = not await database_sync_to_async(ex.handle_stream_check)(plan.token_id, plan.session_id)
                     for group in plan.groups:  # refresh group membership before the layer expires it
                         await self.channel_layer.group_add(group, self.channel_name)
                 if expired:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
@@ -152,10 +153,8 @@ def _authenticate(exchange: Exchange) -> ClientToken | Reply:
         )
     token = services.authenticate_token(raw)
     if token is None:
-        try:
+        with contextlib.suppress(AuditUnavailable):  # the refusal stands either way
             record(EventKind.AUTH_REFUSED, arguments={"path": exchange.path}, outcome="bad_token")
-        except AuditUnavailable:
-            pass  # the refusal stands either way
         return unauthorized("this token is unknown, expired or revoked; ask an operator for a new one.")
     return token
 
@@ -223,8 +222,7 @@ def _session_post(exchange: Exchange, token: ClientToken, message: Any, version_
     if kind == "request" and message["method"] == "initialize":
         if exchange.header("mcp-session-id") is not None:
             exc = jsonrpc.invalid_request(
-                "This session is already initialized; to start over, DELETE it and initialize without "
-                "Mcp-Session-Id."
+                "This session is already initialized; to start over, DELETE it and initialize without Mcp-Session-Id."
             )
             return Reply.rpc_error(exc, message["id"])
         return _initialize(exchange, token, message, Transport.STREAMABLE_HTTP)
@@ -238,9 +236,7 @@ def _session_post(exchange: Exchange, token: ClientToken, message: Any, version_
     return _answer(exchange, ctx, message)
 
 
-def _require_session(
-    exchange: Exchange, token: ClientToken, version_header: str | None
-) -> McpSession | Reply:
+def _require_session(exchange: Exchange, token: ClientToken, version_header: str | None) -> McpSession | Reply:
     session_id = exchange.header("mcp-session-id")
     if session_id is None:
         exc = jsonrpc.invalid_request(
@@ -307,9 +303,7 @@ def _session_context(token: ClientToken, session: McpSession, transport: str) ->
     )
 
 
-def _initialize(
-    exchange: Exchange, token: ClientToken, message: dict[str, Any], transport: Transport
-) -> Reply:
+def _initialize(exchange: Exchange, token: ClientToken, message: dict[str, Any], transport: Transport) -> Reply:
     params = message.get("params") or {}
     client_info = params.get("clientInfo") if isinstance(params.get("clientInfo"), dict) else {}
     revision = negotiate(params.get("protocolVersion"))
@@ -332,14 +326,12 @@ def initialize_result(revision: str) -> dict[str, Any]:
 
 def _notification(ctx: CallContext, message: dict[str, Any]) -> None:
     """Act on a client notification or response. Only `initialized` changes anything."""
-    if message.get("method") == "notifications/initialized" and ctx.session is not None:
-        if not ctx.session.initialized:
-            McpSession.objects.filter(pk=ctx.session.pk).update(initialized=True)
+    session = ctx.session
+    if message.get("method") == "notifications/initialized" and session is not None and not session.initialized:
+        McpSession.objects.filter(pk=ctx.session.pk).update(initialized=True)
 
 
-def _answer(
-    exchange: Exchange, ctx: CallContext, message: dict[str, Any], *, stateless: bool = False
-) -> Reply:
+def _answer(exchange: Exchange, ctx: CallContext, message: dict[str, Any], *, stateless: bool = False) -> Reply:
     answer = respond(ctx, message)
     status = 200
     if stateless and "error" in answer:
@@ -418,9 +410,7 @@ def _envelope(exchange: Exchange, message: dict[str, Any]) -> tuple[str, dict, d
         )
     missing = [key for key in (PROTOCOL_VERSION_META_KEY, CLIENT_CAPABILITIES_META_KEY) if key not in meta]
     if missing:
-        return RpcError(
-            INVALID_PARAMS, f"params._meta is missing {', '.join(missing)}; add it to every request."
-        )
+        return RpcError(INVALID_PARAMS, f"params._meta is missing {', '.join(missing)}; add it to every request.")
     duplicated = _duplicated_routing_header(exchange)
     if duplicated:
         return RpcError(HEADER_MISMATCH, f"The {duplicated} header appears more than once; send it once.")
@@ -435,9 +425,7 @@ def _envelope(exchange: Exchange, message: dict[str, Any]) -> tuple[str, dict, d
     if name_key is not None:
         body_value = (message.get("params") or {}).get(name_key)
         if body_value is not None and decode_header_value(exchange.header("mcp-name")) != body_value:
-            return RpcError(
-                HEADER_MISMATCH, f"The Mcp-Name header does not match the request's {name_key!r}."
-            )
+            return RpcError(HEADER_MISMATCH, f"The Mcp-Name header does not match the request's {name_key!r}.")
     if not isinstance(version, str):
         return RpcError(INVALID_PARAMS, "The protocol version in params._meta must be a string.")
     if version not in STATELESS_REVISIONS:
@@ -515,9 +503,7 @@ def handle_streamable_get(exchange: Exchange) -> Reply:
 
 def _streamable_get(exchange: Exchange) -> Reply:
     if not exchange.accepts(EVENT_STREAM):
-        return Reply.rpc_error(
-            RpcError(INVALID_REQUEST, "Not acceptable: accept text/event-stream."), status=406
-        )
+        return Reply.rpc_error(RpcError(INVALID_REQUEST, "Not acceptable: accept text/event-stream."), status=406)
     token = _authenticate(exchange)
     if isinstance(token, Reply):
         return token
@@ -565,9 +551,7 @@ def handle_sse_open(exchange: Exchange) -> Reply:
 
 def _sse_open(exchange: Exchange) -> Reply:
     if not exchange.accepts(EVENT_STREAM):
-        return Reply.rpc_error(
-            RpcError(INVALID_REQUEST, "Not acceptable: accept text/event-stream."), status=406
-        )
+        return Reply.rpc_error(RpcError(INVALID_REQUEST, "Not acceptable: accept text/event-stream."), status=406)
     token = _authenticate(exchange)
     if isinstance(token, Reply):
         return token
@@ -615,9 +599,7 @@ def _sse_message(exchange: Exchange) -> Reply:
     elif kind == "request" and message["method"] == "initialize":
         answer = _sse_initialize(session, message)
     elif not session.protocol_version:
-        answer = jsonrpc.error(
-            message.get("id"), jsonrpc.invalid_request("Send initialize first on this session.")
-        )
+        answer = jsonrpc.error(message.get("id"), jsonrpc.invalid_request("Send initialize first on this session."))
     elif kind != "request":
         _notification(_session_context(token, session, Transport.SSE), message)
         return Reply(status=202, body="Accepted")

@@ -11,13 +11,9 @@ class ClientToken(models.Model):
     """A bearer token for one MCP client. Only the SHA-256 digest of the token is stored."""
 
     label = models.CharField(max_length=200, help_text="The client's attribution, shown in the audit log.")
-    owner = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="client_tokens"
-    )
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="client_tokens")
     digest = models.CharField(max_length=64, unique=True, editable=False)
-    prefix = models.CharField(
-        max_length=16, editable=False, help_text="The first characters, to recognise it."
-    )
+    prefix = models.CharField(max_length=16, editable=False, help_text="The first characters, to recognise it.")
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True, editable=False)

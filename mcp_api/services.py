@@ -58,9 +58,7 @@ def do_create_token(
 def do_revoke_token(token: ClientToken, *, acting_user: str) -> None:
     """Revoke a token at once: its next request is refused and its open streams are closed."""
     with transaction.atomic():
-        updated = ClientToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(
-            revoked_at=timezone.now()
-        )
+        updated = ClientToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
         if not updated:
             return
         record(
@@ -129,9 +127,7 @@ def find_session(token: ClientToken, session_id: str | None) -> McpSession | Non
 def do_end_session(session: McpSession, *, reason: str) -> bool:
     """End a session (DELETE, stream closed, token revoked). Returns False when it had already ended."""
     with transaction.atomic():
-        ended = McpSession.objects.filter(pk=session.pk, ended_at__isnull=True).update(
-            ended_at=timezone.now()
-        )
+        ended = McpSession.objects.filter(pk=session.pk, ended_at__isnull=True).update(ended_at=timezone.now())
         if not ended:
             return False
         record(
@@ -164,9 +160,7 @@ def do_create_operator(name: str, password: str, *, acting_user: str):
     with transaction.atomic():
         group, _ = Group.objects.get_or_create(name=OPERATORS_GROUP)
         group.permissions.set(
-            Permission.objects.filter(
-                content_type__app_label__in=["mcp_api", "audit", "projects", "confirmations"]
-            )
+            Permission.objects.filter(content_type__app_label__in=["mcp_api", "audit", "projects", "confirmations"])
         )
         user, created = get_user_model().objects.get_or_create(username=name)
         user.is_staff = True

@@ -115,8 +115,7 @@ def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
     properties = schema.get("properties")
     if isinstance(properties, dict):
         schema["properties"] = {
-            name: {key: value for key, value in prop.items() if key != "title"}
-            for name, prop in properties.items()
+            name: {key: value for key, value in prop.items() if key != "title"} for name, prop in properties.items()
         }
     schema.setdefault("properties", {})
     schema["type"] = "object"
@@ -193,9 +192,7 @@ def decode_cursor(cursor: Any) -> int:
     except (binascii.Error, ValueError, KeyError, TypeError):
         offset = None
     if not isinstance(offset, int) or offset < 0:
-        raise RpcError(
-            INVALID_PARAMS, "Invalid params: unknown cursor. Pass back a nextCursor from tools/list."
-        )
+        raise RpcError(INVALID_PARAMS, "Invalid params: unknown cursor. Pass back a nextCursor from tools/list.")
     return offset
 
 

@@ -32,10 +32,6 @@ class Command(BaseCommand):
                 raise CommandError(f"No user {user!r}; pass --create-user to create one.")
             owner = User.objects.create_user(username=user)
         expires_at = timezone.now() + timedelta(days=expires_days) if expires_days else None
-        new = do_create_token(
-            owner=owner, label=label.strip(), expires_at=expires_at, acting_user="manage.py"
-        )
-        self.stderr.write(
-            f"Created token {new.token.prefix}… for {owner.get_username()} ({label}). Shown once:"
-        )
+        new = do_create_token(owner=owner, label=label.strip(), expires_at=expires_at, acting_user="manage.py")
+        self.stderr.write(f"Created token {new.token.prefix}… for {owner.get_username()} ({label}). Shown once:")
         self.stdout.write(new.raw)

@@ -20,17 +20,11 @@ def twisted_endpoint(host: str, port: int) -> str:
 
 
 class Command(BaseCommand):
-    help = (
-        "Serve Forge MCP (Streamable HTTP at /mcp, legacy SSE at /sse, the console at /console/) with daphne."
-    )
+    help = "Serve Forge MCP (Streamable HTTP at /mcp, legacy SSE at /sse, the console at /console/) with daphne."
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument(
-            "--host", default=envstr("FORGE_HOST", "127.0.0.1"), help="address to bind (127.0.0.1)"
-        )
-        parser.add_argument(
-            "--port", type=int, default=envint("FORGE_PORT", 8000), help="port to bind (8000)"
-        )
+        parser.add_argument("--host", default=envstr("FORGE_HOST", "127.0.0.1"), help="address to bind (127.0.0.1)")
+        parser.add_argument("--port", type=int, default=envint("FORGE_PORT", 8000), help="port to bind (8000)")
 
     def handle(self, *args, host: str, port: int, **options) -> None:
         if not 0 < port < 65536:
@@ -46,9 +40,7 @@ class Command(BaseCommand):
             # collector from walking the Twisted + Django heap on every gen-2 pass (p99 35 -> 21 ms).
             gc.collect()
             gc.freeze()
-            self.stdout.write(
-                f"Forge MCP listening on {url}/mcp (legacy SSE {url}/sse, console {url}/console/)"
-            )
+            self.stdout.write(f"Forge MCP listening on {url}/mcp (legacy SSE {url}/sse, console {url}/console/)")
             self.stdout.flush()
 
         if settings.FORGE_OVERRIDE_SECURITIES:

@@ -1,0 +1,15 @@
+"""A live daphne server shared by the end-to-end tests of one session."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.live import prepare, run_server
+
+
+@pytest.fixture(scope="session")
+def forge_server(tmp_path_factory):
+    data_dir = tmp_path_factory.mktemp("live")
+    env, token = prepare(data_dir)
+    with run_server(env, token, data_dir) as server:
+        yield server

@@ -1,0 +1,122 @@
+"""Running the real server for end-to-end tests: `manage.py runmcp` in a subprocess on loopback.
+
+Each live server gets its own `FORGE_DATA_DIR`, so it shares nothing with the test process or another
+live server, unless the scale-out variables (`DATABASE_URL`, `REDIS_URL`) are set, in which case
+every server started here uses them: that is how two processes share sessions and streams.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def server_env(data_dir: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    env.update({"FORGE_DATA_DIR": str(data_dir), "PYTHONUNBUFFERED": "1", **extra})
+    return env
+
+
+def manage(env: dict[str, str], *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
+    return done.stdout
+
+
+@dataclass
+class LiveServer:
+    process: subprocess.Popen
+    base: str
+    token: str
+    env: dict[str, str]
+    data_dir: Path
+
+    @property
+    def mcp_url(self) -> str:
+        return f"{self.base}/mcp"
+
+    @property
+    def sse_url(self) -> str:
+        return f"{self.base}/sse"
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def new_token(self, label: str, user: str = "live") -> str:
+        return (
+            manage(self.env, "create_token", "--user", user, "--create-user", "--label", label).strip().splitlines()[-1]
+        )
+
+    def manage(self, *args: str) -> str:
+        return manage(self.env, *args)
+
+
+def prepare(data_dir: Path, **extra_env: str) -> tuple[dict[str, str], str]:
+    """Migrate a data dir and make a client token; returns the environment and the raw token."""
+    env = server_env(data_dir, **extra_env)
+    manage(env, "migrate", "--noinput", "-v", "0")
+    token = (
+        manage(env, "create_token", "--user", "live", "--create-user", "--label", "live-e2e").strip().splitlines()[-1]
+    )
+    return env, token
+
+
+@contextmanager
+def run_server(env: dict[str, str], token: str, data_dir: Path, *, port: int | None = None) -> Iterator[LiveServer]:
+    port = port or free_port()
+    log = open(data_dir / f"server-{port}.log", "w")  # noqa: SIM115 - closed below, after the process
+    process = subprocess.Popen(
+        [sys.executable, "manage.py", "runmcp", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_until_up(process, base, data_dir / f"server-{port}.log")
+        yield LiveServer(process=process, base=base, token=token, env=env, data_dir=data_dir)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+        log.close()
+
+
+def _wait_until_up(process: subprocess.Popen, base: str, log_path: Path, limit: float = 30.0) -> None:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode}:\n{log_path.read_text()}")
+        try:
+            if httpx.get(f"{base}/healthz", timeout=1.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)  # polling a process that is starting; there is no event to wait on
+    raise RuntimeError(f"server did not answer /healthz within {limit}s:\n{log_path.read_text()}")
