@@ -31,11 +31,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import itertools
 import json
 import math
 import os
 import resource
+import sys
 import time
 from collections import Counter
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
@@ -46,10 +48,17 @@ from urllib.parse import urljoin
 
 import httpx
 
+if importlib.util.find_spec("sniffio") is None:
+    # httpcore tries `import sniffio` on every request; without the package each
+    # failed try walks sys.path (~0.1 ms).  A None entry makes it fail at once.
+    sys.modules["sniffio"] = None  # type: ignore[assignment]
+
 DEFAULT_PROTOCOL = "2025-11-25"
 TOOL = "server_info"
 ACCEPT_BOTH = "application/json, text/event-stream"
 HTTP_TIMEOUT = httpx.Timeout(30.0)
+# Loading the CA bundle costs ~20 ms per AsyncClient unless the context is shared.
+SSL_CONTEXT = httpx.create_ssl_context()
 ANSWER_TIMEOUT_S = 30.0
 CLIENT_INFO = {"name": "mcp-load", "version": "1.0"}
 WARMUP_CALLS = 20
@@ -69,14 +78,22 @@ class CallError(RuntimeError):
 class Session(Protocol):
     """What the measurements need from a session of either transport."""
 
-    async def call(
-        self, name: str, args: Mapping[str, Any] | None = None, sse: bool = False
-    ) -> dict[str, Any]: ...
+    async def call(self, name: str, args: Mapping[str, Any] | None = None, sse: bool = False) -> dict[str, Any]: ...
 
     async def close(self) -> None: ...
 
 
 SessionFactory = Callable[[], Awaitable[Session]]
+
+
+def new_client(keep_alive: bool = True) -> httpx.AsyncClient:
+    """A fresh AsyncClient (its own connection pool), cheap thanks to a shared TLS context.
+
+    Without ``keep_alive`` every request gets a new connection, so none is
+    reused after the server has timed it out.
+    """
+    limits = httpx.Limits() if keep_alive else httpx.Limits(max_keepalive_connections=0)
+    return httpx.AsyncClient(timeout=HTTP_TIMEOUT, verify=SSL_CONTEXT, limits=limits)
 
 
 def raise_fd_limit(wanted: int) -> None:
@@ -161,9 +178,7 @@ class StreamableSession:
     async def post(self, body: dict[str, Any]) -> httpx.Response:
         return await self.client.post(self.url, content=json.dumps(body).encode(), headers=self.headers)
 
-    async def call(
-        self, name: str, args: Mapping[str, Any] | None = None, sse: bool = False
-    ) -> dict[str, Any]:
+    async def call(self, name: str, args: Mapping[str, Any] | None = None, sse: bool = False) -> dict[str, Any]:
         """Call a tool; with ``sse`` a progress token asks the server to stream the answer."""
         request_id = next(self._ids)
         params = tool_call_params(name, args, request_id if sse else None)
@@ -190,10 +205,10 @@ async def streamable_session(
 ) -> StreamableSession:
     """Open a Streamable HTTP session: initialize, then notifications/initialized.
 
-    A new AsyncClient is made unless ``client`` is given (and then left open).
+    A new client is made unless ``client`` is given (and then left open on close).
     """
     owns_client = client is None
-    http = client or httpx.AsyncClient(timeout=HTTP_TIMEOUT)
+    http = client or new_client()
     base = {
         **(headers or {}),
         "Accept": ACCEPT_BOTH,
@@ -234,9 +249,7 @@ class LegacySseSession:
         """GET the stream and wait (bounded) for its ``endpoint`` event."""
         await self._stack.enter_async_context(self.client)
         stream_headers = {**self.headers, "Accept": "text/event-stream"}
-        response = await self._stack.enter_async_context(
-            self.client.stream("GET", sse_url, headers=stream_headers)
-        )
+        response = await self._stack.enter_async_context(self.client.stream("GET", sse_url, headers=stream_headers))
         if response.status_code != 200:
             raise CallError(f"GET {sse_url}: HTTP {response.status_code}")
         events = sse_events(response)
@@ -290,9 +303,7 @@ class LegacySseSession:
         if response.status_code != 202:
             raise CallError(f"POST {self.endpoint}: HTTP {response.status_code}")
 
-    async def call(
-        self, name: str, args: Mapping[str, Any] | None = None, sse: bool = False
-    ) -> dict[str, Any]:
+    async def call(self, name: str, args: Mapping[str, Any] | None = None, sse: bool = False) -> dict[str, Any]:
         """Call a tool; answers always come on the stream, ``sse`` adds a progress token."""
         request_id = next(self._ids)
         params = tool_call_params(name, args, request_id if sse else None)
@@ -326,7 +337,7 @@ async def legacy_sse_session(
     protocol: str = DEFAULT_PROTOCOL,
 ) -> LegacySseSession:
     """Open a legacy SSE session on ``sse_url`` (the server's GET /sse) and initialize it."""
-    session = LegacySseSession(httpx.AsyncClient(timeout=HTTP_TIMEOUT), dict(headers or {}))
+    session = LegacySseSession(new_client(), dict(headers or {}))
     try:
         await session.open(sse_url)
         await session.request("initialize", initialize_params(protocol))
@@ -424,9 +435,7 @@ class LatencyResult:
     client_cpu_ms_per_call: float
 
 
-async def sequential_latency(
-    session: Session, n: int, sse: bool = False, pid: int | None = None
-) -> LatencyResult:
+async def sequential_latency(session: Session, n: int, sse: bool = False, pid: int | None = None) -> LatencyResult:
     """Time ``n`` back-to-back ``server_info`` calls after a short warm-up."""
     for _ in range(WARMUP_CALLS):
         await session.call(TOOL, sse=sse)
@@ -490,11 +499,7 @@ async def concurrent_throughput(
     async def worker(session: Session, deadline: float) -> None:
         nonlocal calls, errors, first_error
         own_calls = own_errors = 0
-        while (
-            time.monotonic() < deadline
-            and own_calls < MAX_CALLS_PER_CLIENT
-            and own_errors < MAX_ERRORS_PER_CLIENT
-        ):
+        while time.monotonic() < deadline and own_calls < MAX_CALLS_PER_CLIENT and own_errors < MAX_ERRORS_PER_CLIENT:
             try:
                 await session.call(TOOL, sse=sse)
             except (CallError, httpx.HTTPError, TimeoutError) as exc:
@@ -592,56 +597,55 @@ async def idle_streams(
     arrived.  Opening each phase is bounded by ``budget_s``.
     """
     raise_fd_limit(n + 512)
-    pool = n + OPEN_CONCURRENCY
-    limits = httpx.Limits(max_connections=pool, max_keepalive_connections=pool)
 
     def rss() -> int:
         return server_rss_kb(pid) if pid is not None else 0
 
+    async def open_stream(client: httpx.AsyncClient, stream_headers: dict[str, str]) -> None:
+        request = client.build_request("GET", url, headers=stream_headers)
+        response = await client.send(request, stream=True)
+        streams.append(response)
+        if response.status_code != 200:
+            raise CallError(f"GET {url}: HTTP {response.status_code}")
+        if kind == "legacy":
+            # Kept (not closed) until clean-up: closing it would end the stream.
+            events = sse_events(response)
+            readers.append(events)
+            event, _data = await asyncio.wait_for(anext(events), ANSWER_TIMEOUT_S)
+            if event != "endpoint":
+                raise CallError(f"expected an endpoint event, got {event!r}")
+
+    # One client (connection pool) per stream: a single shared pool handles
+    # thousands of connections in quadratic time.  Streams may open long after
+    # their session's initialize, so no connection is kept alive in between.
+    clients = [new_client(keep_alive=False) for _ in range(n)]
     streams: list[httpx.Response] = []
     readers: list[AsyncGenerator[tuple[str, str]]] = []
     sessions: list[StreamableSession] = []
     rss_sessions: int | None = None
-    async with httpx.AsyncClient(timeout=HTTP_TIMEOUT, limits=limits) as client:
-
-        async def open_stream(target: str, stream_headers: dict[str, str]) -> None:
-            request = client.build_request("GET", target, headers=stream_headers)
-            response = await client.send(request, stream=True)
-            streams.append(response)
-            if response.status_code != 200:
-                raise CallError(f"GET {target}: HTTP {response.status_code}")
-            if kind == "legacy":
-                # Kept (not closed) until clean-up: closing it would end the stream.
-                events = sse_events(response)
-                readers.append(events)
-                event, _data = await asyncio.wait_for(anext(events), ANSWER_TIMEOUT_S)
-                if event != "endpoint":
-                    raise CallError(f"expected an endpoint event, got {event!r}")
-
-        rss_before = rss()
-        start = time.monotonic()
-        try:
-            if kind == "streamable":
-                sessions, first_error = await _bounded(
-                    [streamable_session(url, headers, protocol, client) for _ in range(n)],
-                    budget_s,
-                )
-                await asyncio.sleep(SETTLE_S)
-                rss_sessions = rss()
-                openers = [open_stream(url, {**s.headers, "Accept": "text/event-stream"}) for s in sessions]
-            else:
-                first_error = None
-                openers = [
-                    open_stream(url, {**(headers or {}), "Accept": "text/event-stream"}) for _ in range(n)
-                ]
-            opened, stream_error = await _bounded(openers, budget_s)
-            open_seconds = time.monotonic() - start
+    first_error: str | None = None
+    rss_before = rss()
+    start = time.monotonic()
+    try:
+        stream_headers = {**(headers or {}), "Accept": "text/event-stream"}
+        if kind == "streamable":
+            sessions, first_error = await _bounded(
+                [streamable_session(url, headers, protocol, c) for c in clients], budget_s
+            )
             await asyncio.sleep(SETTLE_S)
-            rss_after = rss()
-        finally:
-            await asyncio.gather(*(r.aclose() for r in readers), return_exceptions=True)
-            await asyncio.gather(*(r.aclose() for r in streams), return_exceptions=True)
-            await _bounded([s.close() for s in sessions], budget_s)
+            rss_sessions = rss()
+            openers = [open_stream(s.client, {**s.headers, **stream_headers}) for s in sessions]
+        else:
+            openers = [open_stream(c, stream_headers) for c in clients]
+        opened, stream_error = await _bounded(openers, budget_s)
+        open_seconds = time.monotonic() - start
+        await asyncio.sleep(SETTLE_S)
+        rss_after = rss()
+    finally:
+        await asyncio.gather(*(r.aclose() for r in readers), return_exceptions=True)
+        await asyncio.gather(*(r.aclose() for r in streams), return_exceptions=True)
+        await _bounded([s.close() for s in sessions], budget_s)
+        await asyncio.gather(*(c.aclose() for c in clients), return_exceptions=True)
     return IdleResult(
         kind=kind,
         requested=n,
@@ -682,10 +686,8 @@ async def measure_calls(mode: str, factory: SessionFactory, sse: bool, args: arg
         latency = await sequential_latency(session, args.n, sse=sse, pid=args.pid)
     finally:
         await session.close()
-    if isinstance(session, StreamableSession):
-        answers = "+".join(sorted(session.answer_forms))
-    else:
-        answers = "on GET /sse"
+    streamable = isinstance(session, StreamableSession)
+    answers = "+".join(sorted(session.answer_forms)) if streamable else "on GET /sse"
     load = await concurrent_throughput(factory, args.clients, args.seconds, sse, args.pid)
     return CallRow(mode, answers, latency, load)
 

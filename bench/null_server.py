@@ -44,8 +44,7 @@ INIT_RESULT = (
     b'"serverInfo":{"name":"null-server","version":"0"}}'
 )
 TOOL_RESULT = (
-    b'{"content":[{"type":"text","text":"{\\"name\\": \\"null-server\\", \\"version\\": \\"0\\"}"}],'
-    b'"isError":false}'
+    b'{"content":[{"type":"text","text":"{\\"name\\": \\"null-server\\", \\"version\\": \\"0\\"}"}],"isError":false}'
 )
 JSON_HEADERS = [(b"content-type", b"application/json")]
 SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]

@@ -200,7 +200,7 @@ def _streamable_post(exchange: Exchange) -> Reply:
     version_header = exchange.header("mcp-protocol-version")
     if _is_stateless_request(exchange, message, version_header):
         return _stateless_post(exchange, token, message)
-    return _session_post(exchange, token, message, version_header)
+    return _session_post(exchange, token, message)
 
 
 def _is_stateless_request(exchange: Exchange, message: Any, version_header: str | None) -> bool:
@@ -213,7 +213,7 @@ def _is_stateless_request(exchange: Exchange, message: Any, version_header: str 
     return isinstance(meta, dict) and PROTOCOL_VERSION_META_KEY in meta
 
 
-def _session_post(exchange: Exchange, token: ClientToken, message: Any, version_header: str | None) -> Reply:
+def _session_post(exchange: Exchange, token: ClientToken, message: Any) -> Reply:
     if isinstance(message, list):
         return _session_batch(exchange, token, message)
     kind = jsonrpc.kind_of(message)
@@ -226,7 +226,7 @@ def _session_post(exchange: Exchange, token: ClientToken, message: Any, version_
             )
             return Reply.rpc_error(exc, message["id"])
         return _initialize(exchange, token, message, Transport.STREAMABLE_HTTP)
-    session = _require_session(exchange, token, version_header)
+    session = _require_session(exchange, token)
     if isinstance(session, Reply):
         return session
     ctx = _session_context(token, session, Transport.STREAMABLE_HTTP)
@@ -236,7 +236,7 @@ def _session_post(exchange: Exchange, token: ClientToken, message: Any, version_
     return _answer(exchange, ctx, message)
 
 
-def _require_session(exchange: Exchange, token: ClientToken, version_header: str | None) -> McpSession | Reply:
+def _require_session(exchange: Exchange, token: ClientToken) -> McpSession | Reply:
     session_id = exchange.header("mcp-session-id")
     if session_id is None:
         exc = jsonrpc.invalid_request(
@@ -246,19 +246,16 @@ def _require_session(exchange: Exchange, token: ClientToken, version_header: str
     session = services.find_session(token, session_id)
     if session is None or session.transport != Transport.STREAMABLE_HTTP:
         return _no_session()
-    if version_header is not None and version_header != session.protocol_version:
-        exc = jsonrpc.invalid_request(
-            f"MCP-Protocol-Version {version_header!r} does not match this session's negotiated revision "
-            f"{session.protocol_version!r}; send the negotiated one."
-        )
-        return Reply.rpc_error(exc)
+    # A header naming another handshake revision is tolerated (clients in the field send their own
+    # latest, and the conformance suite does too): the session keeps the revision it negotiated. An
+    # unknown revision never gets here; it is routed to the stateless path and refused with -32022.
     return session
 
 
 def _session_batch(exchange: Exchange, token: ClientToken, batch: list[Any]) -> Reply:
     if not batch:
         return Reply.rpc_error(jsonrpc.invalid_request("An empty batch is not a request."))
-    session = _require_session(exchange, token, exchange.header("mcp-protocol-version"))
+    session = _require_session(exchange, token)
     if isinstance(session, Reply):
         return session
     refusal = _batch_refusal(session.protocol_version, batch)
@@ -514,7 +511,7 @@ def _streamable_get(exchange: Exchange) -> Reply:
             "Revision 2026-07-28 has no GET stream: POST subscriptions/listen to receive notifications.",
         )
         return Reply.rpc_error(exc, status=405)
-    session = _require_session(exchange, token, version_header)
+    session = _require_session(exchange, token)
     if isinstance(session, Reply):
         return session
     plan = StreamPlan(
@@ -535,7 +532,7 @@ def _streamable_delete(exchange: Exchange) -> Reply:
     token = _authenticate(exchange)
     if isinstance(token, Reply):
         return token
-    session = _require_session(exchange, token, exchange.header("mcp-protocol-version"))
+    session = _require_session(exchange, token)
     if isinstance(session, Reply):
         return session
     services.do_end_session(session, reason="client sent DELETE")

@@ -3,6 +3,8 @@
 Each live server gets its own `FORGE_DATA_DIR`, so it shares nothing with the test process or another
 live server, unless the scale-out variables (`DATABASE_URL`, `REDIS_URL`) are set, in which case
 every server started here uses them: that is how two processes share sessions and streams.
+
+The official `mcp` SDK client connects to a live server through `streamable_client` and `sse_client`.
 """
 
 from __future__ import annotations
@@ -12,12 +14,16 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import httpx2
+from mcp.client import Client
+from mcp.client.sse import sse_client as sdk_sse_client
+from mcp.client.streamable_http import streamable_http_client
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -73,6 +79,40 @@ class LiveServer:
         return manage(self.env, *args)
 
 
+def scaleout_configured() -> bool:
+    """Whether this run has the shared database and channel layer that several processes need."""
+    return bool(os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL"))
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@asynccontextmanager
+async def streamable_client(
+    server: LiveServer, *, mode: str, token: str | None = None, responses: list[httpx2.Response] | None = None
+) -> AsyncIterator[Client]:
+    """The SDK client over Streamable HTTP; every HTTP response it gets is appended to `responses`."""
+
+    async def note(response: httpx2.Response) -> None:
+        if responses is not None:
+            responses.append(response)
+
+    timeout = httpx2.Timeout(30.0, read=300.0)  # the SDK's own defaults (create_mcp_http_client)
+    async with (
+        httpx2.AsyncClient(headers=bearer(token or server.token), timeout=timeout, event_hooks={"response": [note]}) as http,
+        Client(streamable_http_client(server.mcp_url, http_client=http), mode=mode) as client,
+    ):
+        yield client
+
+
+@asynccontextmanager
+async def sse_client(server: LiveServer, *, token: str | None = None) -> AsyncIterator[Client]:
+    """The SDK client over the legacy HTTP+SSE transport (2024-11-05 era; always mode="legacy")."""
+    async with Client(sdk_sse_client(server.sse_url, headers=bearer(token or server.token)), mode="legacy") as client:
+        yield client
+
+
 def prepare(data_dir: Path, **extra_env: str) -> tuple[dict[str, str], str]:
     """Migrate a data dir and make a client token; returns the environment and the raw token."""
     env = server_env(data_dir, **extra_env)
@@ -120,3 +160,16 @@ def _wait_until_up(process: subprocess.Popen, base: str, log_path: Path, limit: 
             pass
         time.sleep(0.1)  # polling a process that is starting; there is no event to wait on
     raise RuntimeError(f"server did not answer /healthz within {limit}s:\n{log_path.read_text()}")
+
+
+def wait_for_port(port: int, process: subprocess.Popen, limit: float = 20.0) -> None:
+    """Wait until something accepts connections on a loopback port, or the process dies."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"process exited with {process.returncode} before listening on {port}")
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)  # polling a process that is starting; there is no event to wait on
+    raise RuntimeError(f"nothing listens on port {port} after {limit}s")

@@ -1,10 +1,15 @@
-"""A live daphne server shared by the end-to-end tests of one session."""
+"""A live daphne server shared by the end-to-end tests of one session, and the async test backend."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.live import prepare, run_server
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
 
 
 @pytest.fixture(scope="session")
