@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 
 from audit.models import EventKind
 from audit.services import AuditUnavailable, record
@@ -106,13 +107,14 @@ def _tools_call(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
         _audit_call(ctx, tool, raw_arguments if isinstance(raw_arguments, dict) else {}, "invalid_params")
         raise
     try:
-        structured = tool.handler(ctx, arguments)
-        outcome, is_error = "ok", False
-    except registry.ToolError as refusal:
-        structured = refusal.to_structured()
-        outcome, is_error = refusal.code, True
-    try:
-        _audit_call(ctx, tool, arguments.model_dump(mode="json"), outcome)
+        # The call and its audit row commit together: if the row cannot be written, whatever the
+        # handler changed is rolled back and the client is told nothing was done (fail closed).
+        with transaction.atomic():
+            try:
+                structured, outcome, is_error = tool.handler(ctx, arguments), "ok", False
+            except registry.ToolError as refusal:
+                structured, outcome, is_error = refusal.to_structured(), refusal.code, True
+            _audit_call(ctx, tool, arguments.model_dump(mode="json"), outcome)
     except AuditUnavailable:
         refusal = registry.ToolError(
             "FORGE_ERR_AUDIT_UNAVAILABLE",

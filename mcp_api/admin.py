@@ -1,0 +1,49 @@
+"""Console screens for client tokens and MCP sessions."""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+
+from mcp_api.models import ClientToken, McpSession
+from mcp_api.services import do_revoke_token
+
+
+@admin.register(ClientToken)
+class ClientTokenAdmin(admin.ModelAdmin):
+    list_display = ("label", "owner", "prefix", "created_at", "expires_at", "revoked_at", "last_used_at")
+    list_filter = ("revoked_at", "expires_at")
+    list_select_related = ("owner",)
+    search_fields = ("label", "prefix", "owner__username")
+    readonly_fields = ("label", "owner", "prefix", "digest", "created_at", "expires_at", "revoked_at", "last_used_at")
+    actions = ["revoke"]
+
+    def has_add_permission(self, request) -> bool:
+        return False  # tokens are made by create_token (the raw value is shown once)
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False  # revoke instead: the audit log refers to tokens
+
+    @admin.action(description="Revoke the selected tokens (refuses their next request, closes their streams)")
+    def revoke(self, request, queryset) -> None:
+        count = 0
+        for token in queryset.filter(revoked_at__isnull=True):
+            do_revoke_token(token, acting_user=request.user.get_username())
+            count += 1
+        self.message_user(request, f"Revoked {count} token(s).", messages.SUCCESS)
+
+
+@admin.register(McpSession)
+class McpSessionAdmin(admin.ModelAdmin):
+    list_display = ("id", "token", "transport", "protocol_version", "client_name", "created_at", "ended_at")
+    list_filter = ("transport", "protocol_version", "ended_at")
+    list_select_related = ("token",)
+    search_fields = ("id", "token__label", "token__owner__username")
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
