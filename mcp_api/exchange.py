@@ -356,6 +356,11 @@ def _stateless_post(exchange: Exchange, token: ClientToken, message: Any) -> Rep
         detail = "Batches are not part of MCP revision 2026-07-28." if isinstance(message, list) else ""
         return Reply.rpc_error(jsonrpc.invalid_request(detail), jsonrpc.safe_id(message))
     request_id = message["id"]
+    meta = (message.get("params") or {}).get("_meta")
+    requested = exchange.header("mcp-protocol-version")
+    if requested not in STATELESS_REVISIONS and not (isinstance(meta, dict) and PROTOCOL_VERSION_META_KEY in meta):
+        # A session client naming a revision we do not speak: say so, rather than ask for an envelope.
+        return Reply.rpc_error(_unsupported(requested), request_id, status=400)
     if message["method"] == "subscriptions/listen" and not exchange.accepts(EVENT_STREAM):
         exc = RpcError(INVALID_REQUEST, "subscriptions/listen answers as text/event-stream; accept it.")
         return Reply.rpc_error(exc, request_id, status=406)
@@ -510,7 +515,9 @@ def _streamable_get(exchange: Exchange) -> Reply:
             INVALID_REQUEST,
             "Revision 2026-07-28 has no GET stream: POST subscriptions/listen to receive notifications.",
         )
-        return Reply.rpc_error(exc, status=405)
+        reply = Reply.rpc_error(exc, status=405)
+        reply.headers["Allow"] = "POST"
+        return reply
     session = _require_session(exchange, token)
     if isinstance(session, Reply):
         return session

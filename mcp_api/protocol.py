@@ -96,6 +96,14 @@ def _tools_call(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
     name = params.get("name")
     tool = registry.find_tool(name)
     if tool is None:
+        record(
+            EventKind.TOOL_CALL,
+            tool=str(name)[:100],
+            outcome="unknown_tool",
+            called_by=ctx.called_by,
+            session=ctx.session_id,
+            client_label=ctx.token.label,
+        )
         raise RpcError(
             INVALID_PARAMS,
             f"Unknown tool {str(name)[:100]!r}. Call tools/list for the tools this server offers.",
@@ -177,6 +185,9 @@ def respond(ctx: CallContext, message: dict[str, Any]) -> dict[str, Any]:
             )
         value = method.handler(ctx, message.get("params") or {})
     except RpcError as exc:
+        return error(request_id, exc)
+    except AuditUnavailable:
+        exc = RpcError(INTERNAL_ERROR, "FORGE_ERR_AUDIT_UNAVAILABLE: the audit log cannot be written, so nothing was done.")
         return error(request_id, exc)
     except Exception:
         logger.exception("internal error answering %s", message.get("method"))
