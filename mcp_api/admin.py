@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 
+from forge_site.console import ReadOnlyModelAdmin
 from mcp_api.models import ClientToken, McpSession
 from mcp_api.services import do_revoke_token
 
@@ -33,17 +34,9 @@ class ClientTokenAdmin(admin.ModelAdmin):
 
 
 @admin.register(McpSession)
-class McpSessionAdmin(admin.ModelAdmin):
+class McpSessionAdmin(ReadOnlyModelAdmin):
     list_display = ("id", "token", "transport", "protocol_version", "client_name", "created_at", "ended_at")
     list_filter = ("transport", "protocol_version", "ended_at")
     list_select_related = ("token",)
     search_fields = ("id", "token__label", "token__owner__username")
 
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False

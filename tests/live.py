@@ -88,9 +88,17 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
+SDK_TIMEOUT = httpx2.Timeout(30.0, read=300.0)  # the SDK's own defaults (create_mcp_http_client)
+
+
 @asynccontextmanager
 async def streamable_client(
-    server: LiveServer, *, mode: str, token: str | None = None, responses: list[httpx2.Response] | None = None
+    server: LiveServer,
+    *,
+    mode: str,
+    token: str | None = None,
+    responses: list[httpx2.Response] | None = None,
+    transport: httpx2.AsyncBaseTransport | None = None,
 ) -> AsyncIterator[Client]:
     """The SDK client over Streamable HTTP; every HTTP response it gets is appended to `responses`."""
 
@@ -98,18 +106,31 @@ async def streamable_client(
         if responses is not None:
             responses.append(response)
 
-    timeout = httpx2.Timeout(30.0, read=300.0)  # the SDK's own defaults (create_mcp_http_client)
-    async with (
-        httpx2.AsyncClient(headers=bearer(token or server.token), timeout=timeout, event_hooks={"response": [note]}) as http,
-        Client(streamable_http_client(server.mcp_url, http_client=http), mode=mode) as client,
-    ):
+    http = httpx2.AsyncClient(
+        headers=bearer(token or server.token),
+        timeout=SDK_TIMEOUT,
+        event_hooks={"response": [note]},
+        transport=transport,
+    )
+    async with http, Client(streamable_http_client(server.mcp_url, http_client=http), mode=mode) as client:
         yield client
 
 
 @asynccontextmanager
-async def sse_client(server: LiveServer, *, token: str | None = None) -> AsyncIterator[Client]:
-    """The SDK client over the legacy HTTP+SSE transport (2024-11-05 era; always mode="legacy")."""
-    async with Client(sdk_sse_client(server.sse_url, headers=bearer(token or server.token)), mode="legacy") as client:
+async def sse_client(
+    server: LiveServer,
+    *,
+    mode: str = "legacy",
+    token: str | None = None,
+    transport: httpx2.AsyncBaseTransport | None = None,
+) -> AsyncIterator[Client]:
+    """The SDK client over the legacy HTTP+SSE transport (mode="legacy", unless a test means otherwise)."""
+
+    def http_client(headers=None, timeout=None, auth=None) -> httpx2.AsyncClient:
+        return httpx2.AsyncClient(headers=headers, timeout=timeout or SDK_TIMEOUT, auth=auth, transport=transport)
+
+    connect = sdk_sse_client(server.sse_url, headers=bearer(token or server.token), httpx_client_factory=http_client)
+    async with Client(connect, mode=mode) as client:
         yield client
 
 
@@ -139,13 +160,18 @@ def run_server(env: dict[str, str], token: str, data_dir: Path, *, port: int | N
         _wait_until_up(process, base, data_dir / f"server-{port}.log")
         yield LiveServer(process=process, base=base, token=token, env=env, data_dir=data_dir)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        stop_process(process)
         log.close()
+
+
+def stop_process(process: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL if it has not gone within ten seconds."""
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
 
 
 def _wait_until_up(process: subprocess.Popen, base: str, log_path: Path, limit: float = 30.0) -> None:

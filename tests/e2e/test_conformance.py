@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from tests.live import ROOT, free_port, wait_for_port
+from tests.live import ROOT, free_port, stop_process, wait_for_port
 
 TOOLS = ROOT.parent / "shared" / "tools"
 
@@ -52,12 +52,7 @@ def proxied(forge_server, tmp_path_factory):
         wait_for_port(port, proxy)
         yield f"http://127.0.0.1:{port}"
     finally:
-        proxy.terminate()
-        try:
-            proxy.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proxy.kill()
-            proxy.wait(timeout=10)
+        stop_process(proxy)
 
 
 def _run(args: list[str], timeout: float) -> subprocess.CompletedProcess:
