@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -22,6 +22,7 @@ from audit.services import record
 from mcp_api.models import ClientToken, McpSession, Transport, session_group, token_group
 
 TOKEN_PREFIX = "fmcp_"
+LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
 def token_digest(raw: str) -> str:
@@ -77,8 +78,13 @@ def authenticate_token(raw: str | None) -> ClientToken | None:
     if not raw or not raw.startswith(TOKEN_PREFIX) or len(raw) > 200:
         return None
     token = ClientToken.objects.select_related("owner").filter(digest=token_digest(raw)).first()
-    if token is None or not token.is_usable() or not token.owner.is_active:
+    now = timezone.now()
+    if token is None or not token.is_usable(now) or not token.owner.is_active:
         return None
+    if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
+        # At most one write a minute per token: enough for an operator, nothing on the hot path.
+        ClientToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        token.last_used_at = now
     return token
 
 

@@ -530,3 +530,13 @@ async def test_put_is_405_with_the_allowed_methods(cast):
 
     assert response.status == 405
     assert {method.strip() for method in response.headers["allow"].split(",")} == {"GET", "POST", "DELETE"}
+
+
+
+async def test_a_used_token_records_when_it_was_last_used(cast):
+    assert cast.operator.token.last_used_at is None
+
+    await post(cast.operator.raw_token, initialize_message())
+
+    await database_sync_to_async(cast.operator.token.refresh_from_db)()
+    assert cast.operator.token.last_used_at is not None
