@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import connection
 
 from mcp_api.models import ClientToken
 from mcp_api.services import do_create_operator, do_create_token
@@ -48,3 +49,26 @@ def cast(db) -> Cast:
         other_operator=_member("oscar", operator=True),
         caretaker=_member("carla", operator=False),
     )
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """The test database, dropped cleanly on PostgreSQL too.
+
+    Connections are persistent (`CONN_MAX_AGE=None`), so each worker thread the async tests ran ORM
+    calls in still holds one at the end, and PostgreSQL refuses to drop a database in use. End those
+    sessions first; SQLite needs nothing.
+    """
+    yield
+    if connection.vendor != "postgresql":
+        return
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """In-process tests first, then the ones that start real servers: fast feedback comes first."""
+    items.sort(key=lambda item: item.get_closest_marker("live") is not None)

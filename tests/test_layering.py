@@ -52,4 +52,3 @@ def test_the_checker_notices_a_forbidden_import(tmp_path, monkeypatch):
     (fake / "bad.py").write_text("from mcp_api.models import ClientToken\n")
     monkeypatch.setattr("tests.test_layering.ROOT", tmp_path)
     assert violations("audit") == ["audit/bad.py imports mcp_api.models"]
-

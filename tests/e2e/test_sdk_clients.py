@@ -57,6 +57,15 @@ async def test_sdk_client_over_legacy_sse_initializes_lists_and_calls_server_inf
             assert_server_info_result(await client.call_tool("server_info", {}))
 
 
+async def test_sdk_client_in_auto_mode_over_legacy_sse_falls_back_to_the_handshake(forge_server):
+    # The SDK waits 10 s for a discover answer before it falls back; within 5 s means the server answered
+    # the discover POST on the stream (an error for a session without initialize), as a legacy server must.
+    with anyio.fail_after(5):
+        async with sse_client(forge_server, mode="auto") as client:
+            assert client.protocol_version == "2025-11-25"
+            assert_server_info_result(await client.call_tool("server_info", {}))
+
+
 async def test_sdk_client_in_auto_mode_discovers_and_speaks_the_stateless_revision(forge_server):
     responses: list[httpx2.Response] = []
     with anyio.fail_after(BOUND):

@@ -532,7 +532,6 @@ async def test_put_is_405_with_the_allowed_methods(cast):
     assert {method.strip() for method in response.headers["allow"].split(",")} == {"GET", "POST", "DELETE"}
 
 
-
 async def test_a_used_token_records_when_it_was_last_used(cast):
     assert cast.operator.token.last_used_at is None
 
