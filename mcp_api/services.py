@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from audit.models import EventKind
 from audit.services import record
+from mcp_api import hotpath
 from mcp_api.models import ClientToken, McpSession, Transport, session_group, token_group
 
 TOKEN_PREFIX = "fmcp_"
@@ -77,7 +78,7 @@ def authenticate_token(raw: str | None) -> ClientToken | None:
     """The usable token for a raw bearer value, or None."""
     if not raw or not raw.startswith(TOKEN_PREFIX) or len(raw) > 200:
         return None
-    token = ClientToken.objects.select_related("owner").filter(digest=token_digest(raw)).first()
+    token = hotpath.token_by_digest(token_digest(raw))
     now = timezone.now()
     if token is None or not token.is_usable(now) or not token.owner.is_active:
         return None
@@ -127,7 +128,7 @@ def find_session(token: ClientToken, session_id: str | None) -> McpSession | Non
     """The open session with this id opened by this token; another principal's id is 'no such session'."""
     if not session_id or len(session_id) > 64:
         return None
-    return McpSession.objects.filter(id=session_id, token=token, ended_at__isnull=True).first()
+    return hotpath.open_session_of(token, session_id)
 
 
 def do_end_session(session: McpSession, *, reason: str) -> bool:
