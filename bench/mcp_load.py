@@ -66,6 +66,7 @@ MAX_CALLS_PER_CLIENT = 1_000_000
 MAX_ERRORS_PER_CLIENT = 100
 OPEN_CONCURRENCY = 50
 SETTLE_S = 1.0
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 StreamKind = Literal["streamable", "legacy"]
 T = TypeVar("T")
@@ -105,14 +106,17 @@ def raise_fd_limit(wanted: int) -> None:
 
 
 def jsonrpc_request(request_id: int, method: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """A JSON-RPC 2.0 request object."""
     return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
 
 
 def initialize_params(protocol: str) -> dict[str, Any]:
+    """Params of an ``initialize`` request from a client with no capabilities."""
     return {"protocolVersion": protocol, "capabilities": {}, "clientInfo": CLIENT_INFO}
 
 
 def tool_call_params(name: str, args: Mapping[str, Any] | None, progress_token: int | None) -> dict[str, Any]:
+    """Params of a ``tools/call`` request, with ``_meta.progressToken`` when one is given."""
     params: dict[str, Any] = {"name": name, "arguments": dict(args or {})}
     if progress_token is not None:
         params["_meta"] = {"progressToken": progress_token}
@@ -159,6 +163,7 @@ def response_message(response: httpx.Response, request_id: int) -> dict[str, Any
 
 
 def answer_form(response: httpx.Response) -> str:
+    """``"sse"`` or ``"json"``: how the server framed an answer."""
     content_type = response.headers.get("content-type", "")
     return "sse" if content_type.startswith("text/event-stream") else "json"
 
@@ -172,15 +177,16 @@ class StreamableSession:
     headers: dict[str, str]
     session_id: str | None
     owns_client: bool = True
-    answer_forms: Counter[str] = field(default_factory=Counter)
-    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    answer_forms: Counter[str] = field(default_factory=Counter, init=False)
+    ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1), init=False)
 
     async def post(self, body: dict[str, Any]) -> httpx.Response:
+        """POST one JSON-RPC message with the session's headers."""
         return await self.client.post(self.url, content=json.dumps(body).encode(), headers=self.headers)
 
     async def call(self, name: str, args: Mapping[str, Any] | None = None, sse: bool = False) -> dict[str, Any]:
         """Call a tool; with ``sse`` a progress token asks the server to stream the answer."""
-        request_id = next(self._ids)
+        request_id = next(self.ids)
         params = tool_call_params(name, args, request_id if sse else None)
         response = await self.post(jsonrpc_request(request_id, "tools/call", params))
         self.answer_forms[answer_form(response)] += 1
@@ -242,7 +248,7 @@ class LegacySseSession:
         self.endpoint = ""
         self._stack = contextlib.AsyncExitStack()
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
-        self._ids = itertools.count(1)
+        self.ids = itertools.count(1)
         self._reader: asyncio.Task[None] | None = None
 
     async def open(self, sse_url: str) -> None:
@@ -272,7 +278,7 @@ class LegacySseSession:
                     future = self._pending.pop(message.get("id"), None)
                     if future is not None and not future.done():
                         future.set_result(message)
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, ValueError) as exc:
             self._fail(CallError(f"SSE stream broke: {exc!r}"))
         else:
             self._fail(CallError("SSE stream ended"))
@@ -283,9 +289,8 @@ class LegacySseSession:
                 future.set_exception(error)
         self._pending.clear()
 
-    async def request(self, method: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    async def request(self, request_id: int, method: str, params: Mapping[str, Any]) -> dict[str, Any]:
         """Send a request and wait (bounded) for its answer on the stream."""
-        request_id = next(self._ids)
         future = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
         try:
@@ -295,6 +300,7 @@ class LegacySseSession:
             self._pending.pop(request_id, None)
 
     async def post(self, body: dict[str, Any]) -> None:
+        """POST one JSON-RPC message to the session's endpoint, expecting 202."""
         response = await self.client.post(
             self.endpoint,
             content=json.dumps(body).encode(),
@@ -305,11 +311,12 @@ class LegacySseSession:
 
     async def call(self, name: str, args: Mapping[str, Any] | None = None, sse: bool = False) -> dict[str, Any]:
         """Call a tool; answers always come on the stream, ``sse`` adds a progress token."""
-        request_id = next(self._ids)
+        request_id = next(self.ids)
         params = tool_call_params(name, args, request_id if sse else None)
-        return await self.request("tools/call", params)
+        return await self.request(request_id, "tools/call", params)
 
     async def close(self) -> None:
+        """Stop reading, close the stream and drop the connection pool."""
         if self._reader is not None:
             self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -340,7 +347,7 @@ async def legacy_sse_session(
     session = LegacySseSession(new_client(), dict(headers or {}))
     try:
         await session.open(sse_url)
-        await session.request("initialize", initialize_params(protocol))
+        await session.request(0, "initialize", initialize_params(protocol))
         await session.post({"jsonrpc": "2.0", "method": "notifications/initialized"})
     except BaseException:
         await session.close()
@@ -351,8 +358,6 @@ async def legacy_sse_session(
 # --------------------------------------------------------------------------
 # Server-side figures from /proc
 # --------------------------------------------------------------------------
-
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def _stat_fields(pid: int) -> list[str]:
@@ -663,9 +668,23 @@ async def idle_streams(
 # --------------------------------------------------------------------------
 
 MODES = ("json", "sse", "legacy", "idle")
+IDLE_KINDS = ("streamable", "legacy")
+
+
+def csv_of(choices: tuple[str, ...]) -> Callable[[str], set[str]]:
+    """An argparse type: a comma-separated subset of ``choices``."""
+
+    def parse(text: str) -> set[str]:
+        values = set(text.split(","))
+        if not values <= set(choices):
+            raise argparse.ArgumentTypeError(f"choose from {','.join(choices)}")
+        return values
+
+    return parse
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
+    """A table cell: the number, or ``-`` when it was not measured."""
     return "-" if value is None else f"{value:.{digits}f}"
 
 
@@ -739,11 +758,9 @@ def print_idle_table(results: list[IdleResult]) -> None:
 
 
 async def run(args: argparse.Namespace) -> None:
+    """Run the selected measurements and print their tables."""
     headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
-    only = set(args.only.split(","))
-    unknown = only - set(MODES)
-    if unknown:
-        raise SystemExit(f"unknown --only values: {', '.join(sorted(unknown))}")
+    only: set[str] = args.only
     raise_fd_limit(args.clients * 4 + 256)
 
     async def streamable() -> Session:
@@ -769,13 +786,10 @@ async def run(args: argparse.Namespace) -> None:
         print_call_table(rows)
 
     if "idle" in only:
-        kinds = set(args.idle_kinds.split(","))
-        if not kinds <= {"streamable", "legacy"}:
-            raise SystemExit(f"unknown --idle-kinds value in {args.idle_kinds!r}")
         targets: list[tuple[StreamKind, str]] = []
-        if "streamable" in kinds:
+        if "streamable" in args.idle_kinds:
             targets.append(("streamable", args.url))
-        if "legacy" in kinds and args.sse_url:
+        if "legacy" in args.idle_kinds and args.sse_url:
             targets.append(("legacy", args.sse_url))
         idle: list[IdleResult] = []
         for kind, target in targets:
@@ -801,15 +815,16 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=20, help="concurrent clients")
     parser.add_argument("--seconds", type=float, default=10.0, help="throughput duration")
     parser.add_argument("--streams", type=int, default=2000, help="idle streams to hold")
-    parser.add_argument("--only", default=",".join(MODES), help="subset of json,sse,legacy,idle")
+    parser.add_argument("--only", type=csv_of(MODES), default=",".join(MODES), help="subset of json,sse,legacy,idle")
     parser.add_argument(
         "--idle-kinds",
-        default="streamable,legacy",
+        type=csv_of(IDLE_KINDS),
+        default=",".join(IDLE_KINDS),
         help="idle streams to measure: streamable, legacy or both (for exact figures measure "
         "one kind per freshly started server: memory freed by one is reused by the next)",
     )
     args = parser.parse_args()
-    if args.pid is None and "idle" in args.only:
+    if args.pid is None:
         print("note: no --pid, so no server CPU or RSS figures")
     asyncio.run(run(args))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import resource
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -17,6 +18,16 @@ def twisted_endpoint(host: str, port: int) -> str:
     # Twisted endpoint strings use ':' as a separator, so an IPv6 interface needs its colons escaped.
     interface = host.strip("[]").replace(":", r"\:")
     return f"tcp:port={port}:interface={interface}"
+
+
+def raise_open_files_limit() -> int:
+    """Lift the soft limit on open files to the hard one: every open stream holds a socket."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 65536)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    return soft
 
 
 class Command(BaseCommand):
@@ -33,6 +44,7 @@ class Command(BaseCommand):
 
         from forge_site.asgi import application
 
+        raise_open_files_limit()
         url = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
 
         def ready() -> None:

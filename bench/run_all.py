@@ -1,0 +1,675 @@
+"""Run the whole MCP benchmark with one command and print one table.
+
+In turn (never two servers at once, so one does not disturb the other's figures) it starts each
+server on a free loopback port, waits until it answers, measures it with ``bench/mcp_load.py`` and
+stops it:
+
+* ``forge``: the project's server (``manage.py runmcp``, daphne), on a fresh migrated data dir with a
+  fresh token, called with ``Authorization: Bearer``;
+* ``sdk-json``: ``bench/sdk_server.py`` (the official SDK on uvicorn), answers as application/json;
+* ``sdk-sse``: the same with ``--sse-response``, answers as text/event-stream;
+* ``null``: ``bench/null_server.py``, the ceiling of the load client and of uvicorn.
+
+Per server, one process serves the call measurements (``json``: Streamable HTTP; ``sse``: the same
+with a progress token; ``legacy``: the HTTP+SSE transport), each giving sequential p50/p99, calls/s
+from ``--clients`` sessions and the server's CPU ms per call.  Each idle-stream kind (Streamable
+HTTP GET streams, legacy GET /sse streams) then runs on its own freshly started process, because
+Python reuses memory freed earlier and would make a second kind look cheaper.  Every server gets a
+fresh temporary directory and is stopped in a ``finally``, whatever happens.
+
+The ``bg %`` column is the CPU that processes other than the server and this client used while a
+row was measured, in % of one core (read from /proc/stat); a large value means the row was
+disturbed by other work on the machine.
+
+    .venv/bin/python bench/run_all.py              # full run (about 10-15 minutes)
+    .venv/bin/python bench/run_all.py --quick      # smoke run (about 2 minutes)
+    .venv/bin/python bench/run_all.py --servers forge --profile /tmp/forge.txt   # + py-spy profile
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ctypes
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import mcp_load as ml
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+PYTHON = sys.executable
+HOST = "127.0.0.1"
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 10.0
+SETUP_TIMEOUT_S = 120.0
+IDLE_BUDGET_S = 120.0
+FD_LIMIT = 16_384
+PR_SET_PDEATHSIG = 1
+# Settings that would move Forge off its embedded default (SQLite + in-memory channel layer).
+SCALE_OUT_ENV = ("DATABASE_URL", "REDIS_URL")
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """How to start one server and which transports it offers."""
+
+    name: str
+    description: str
+    argv: Callable[[int], list[str]]
+    forge: bool = False
+
+
+SERVERS: dict[str, ServerSpec] = {
+    spec.name: spec
+    for spec in (
+        ServerSpec(
+            "forge",
+            "Forge MCP: manage.py runmcp (daphne, Channels, Django ORM, SQLite WAL), auth + audit per call",
+            lambda port: [PYTHON, str(ROOT / "manage.py"), "runmcp", "--host", HOST, "--port", str(port)],
+            forge=True,
+        ),
+        ServerSpec(
+            "sdk-json",
+            "official mcp SDK MCPServer on uvicorn, --json-response",
+            lambda port: [PYTHON, str(BENCH / "sdk_server.py"), "--port", str(port), "--json-response"],
+        ),
+        ServerSpec(
+            "sdk-sse",
+            "official mcp SDK MCPServer on uvicorn, --sse-response",
+            lambda port: [PYTHON, str(BENCH / "sdk_server.py"), "--port", str(port), "--sse-response"],
+        ),
+        ServerSpec(
+            "null",
+            "raw ASGI null server on uvicorn (client ceiling)",
+            lambda port: [PYTHON, str(BENCH / "null_server.py"), "--port", str(port)],
+        ),
+    )
+}
+
+# Like-for-like reference for the Forge/SDK ratios: the SDK server answering in the same form.
+REFERENCE = {"json": "sdk-json", "sse": "sdk-sse", "legacy": "sdk-json", "streamable": "sdk-json"}
+
+
+# --------------------------------------------------------------------------
+# Machine figures
+# --------------------------------------------------------------------------
+
+
+def machine_busy_ms() -> float:
+    """CPU time (ms, all cores) the whole machine spent busy so far, from /proc/stat."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[:8])
+    return (user + nice + system + irq + softirq + steal) * 1000 / ml.CLK_TCK
+
+
+class BackgroundWindow:
+    """CPU used by everything except the server and this client, over a span of wall time."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.wall = time.monotonic()
+        self.machine = machine_busy_ms()
+        self.server = ml.server_cpu_ms(pid)
+        self.client = time.process_time() * 1000
+
+    def percent_of_core(self) -> float:
+        wall_ms = (time.monotonic() - self.wall) * 1000
+        other = (
+            machine_busy_ms()
+            - self.machine
+            - (ml.server_cpu_ms(self.pid) - self.server)
+            - (time.process_time() * 1000 - self.client)
+        )
+        return max(other, 0.0) * 100 / max(wall_ms, 1.0)
+
+
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def load_average() -> str:
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
+# --------------------------------------------------------------------------
+# Server processes
+# --------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A port free on the loopback interface right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGTERM if this runner dies, so no server is left behind."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def server_env(data_dir: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in SCALE_OUT_ENV}
+    env["FORGE_DATA_DIR"] = str(data_dir)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def prepare_forge(data_dir: Path) -> str:
+    """Migrate a fresh data dir and create a token in it; return the token."""
+    env = server_env(data_dir)
+    manage = [PYTHON, str(ROOT / "manage.py")]
+    subprocess.run(
+        [*manage, "migrate", "--no-input"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=SETUP_TIMEOUT_S,
+    )
+    created = subprocess.run(
+        [*manage, "create_token", "--user", "bench", "--create-user", "--label", "bench"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=SETUP_TIMEOUT_S,
+    )
+    token = created.stdout.strip().splitlines()[-1].strip()
+    if not token.startswith("fmcp_"):
+        raise RuntimeError(f"create_token printed no token: {created.stdout[-300:]!r}")
+    return token
+
+
+@dataclass
+class Running:
+    """A started server: where to reach it and its pid."""
+
+    spec: ServerSpec
+    pid: int
+    url: str
+    sse_url: str
+    headers: dict[str, str]
+    log: Path
+
+
+def _log_tail(log: Path, lines: int = 20) -> str:
+    with contextlib.suppress(OSError):
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+    return ""
+
+
+async def _wait_until_answering(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
+    """Poll the endpoint until any HTTP answer comes back (bounded); fail early if the process dies."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    # A bodyless notification: every server answers it at once (Forge with 401, before any database work).
+    probe = {"Content-Type": "application/json", "Accept": ml.ACCEPT_BOTH}
+    async with httpx.AsyncClient(timeout=httpx.Timeout(2.0)) as client:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited with {proc.returncode} before answering:\n{_log_tail(log)}")
+            with contextlib.suppress(httpx.HTTPError):
+                await client.post(url, content=b'{"jsonrpc":"2.0","method":"ping/probe"}', headers=probe)
+                return
+            await asyncio.sleep(0.2)
+    raise RuntimeError(f"server did not answer within {START_TIMEOUT_S:.0f} s:\n{_log_tail(log)}")
+
+
+async def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the server (only this pid), then SIGKILL it if it lingers."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while proc.poll() is None and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=STOP_TIMEOUT_S)
+
+
+@contextlib.asynccontextmanager
+async def running(spec: ServerSpec) -> AsyncIterator[Running]:
+    """Start ``spec`` on a free port with a fresh temp dir; always stop it and remove the dir."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"bench-{spec.name}-"))
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        data_dir = workdir / "data"
+        data_dir.mkdir()
+        headers: dict[str, str] = {}
+        if spec.forge:
+            headers["Authorization"] = f"Bearer {prepare_forge(data_dir)}"
+        port = free_port()
+        log = workdir / "server.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                spec.argv(port),
+                cwd=ROOT,
+                env=server_env(data_dir),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent,
+            )
+        base = f"http://{HOST}:{port}"
+        await _wait_until_answering(proc, f"{base}/mcp", log)
+        yield Running(spec, proc.pid, f"{base}/mcp", f"{base}/sse", headers, log)
+    finally:
+        if proc is not None:
+            await _stop(proc)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------
+# Measurements
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class CallFigures:
+    server: str
+    mode: str
+    answers: str = "-"
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    seq_cpu_ms: float | None = None
+    calls_per_s: float | None = None
+    load_cpu_ms: float | None = None
+    client_cpu_ms: float | None = None
+    errors: int | None = None
+    background_pct: float | None = None
+    first_error: str | None = None
+    failure: str | None = None
+
+
+@dataclass
+class IdleFigures:
+    server: str
+    kind: str
+    opened: str = "-"
+    open_s: float | None = None
+    rss_before_mb: float | None = None
+    rss_after_mb: float | None = None
+    kb_per_stream: float | None = None
+    kb_per_get: float | None = None
+    background_pct: float | None = None
+    failure: str | None = None
+
+
+@dataclass
+class Results:
+    calls: list[CallFigures] = field(default_factory=list)
+    idle: list[IdleFigures] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def call(self, server: str, mode: str) -> CallFigures | None:
+        return next((c for c in self.calls if c.server == server and c.mode == mode and not c.failure), None)
+
+    def idle_of(self, server: str, kind: str) -> IdleFigures | None:
+        return next((i for i in self.idle if i.server == server and i.kind == kind and not i.failure), None)
+
+
+async def bounded(awaitable: Awaitable[T], timeout_s: float) -> T:
+    return await asyncio.wait_for(awaitable, timeout_s)
+
+
+async def measure_calls(server: Running, mode: str, args: argparse.Namespace) -> CallFigures:
+    """Sequential latency on one session, then calls/s from ``--clients`` sessions."""
+    sse = mode == "sse"
+
+    async def factory() -> ml.Session:
+        if mode == "legacy":
+            return await ml.legacy_sse_session(server.sse_url, server.headers)
+        return await ml.streamable_session(server.url, server.headers)
+
+    options = argparse.Namespace(n=args.n, clients=args.clients, seconds=args.seconds, pid=server.pid)
+    window = BackgroundWindow(server.pid)
+    timeout = 120 + args.n * 0.2 + args.seconds * 3
+    row = await bounded(ml.measure_calls(mode, factory, sse, options), timeout)
+    lat, load = row.latency, row.load
+    return CallFigures(
+        server=server.spec.name,
+        mode=mode,
+        answers=row.answers,
+        p50_ms=lat.p50_ms,
+        p99_ms=lat.p99_ms,
+        seq_cpu_ms=lat.server_cpu_ms_per_call,
+        calls_per_s=load.calls_per_s,
+        load_cpu_ms=load.server_cpu_ms_per_call,
+        client_cpu_ms=load.client_cpu_ms_per_call,
+        errors=load.errors,
+        background_pct=window.percent_of_core(),
+        first_error=load.first_error,
+        failure=load.first_error if load.calls == 0 else None,
+    )
+
+
+async def measure_idle(server: Running, kind: ml.StreamKind, args: argparse.Namespace) -> IdleFigures:
+    """Hold ``--streams`` idle streams of one kind on this (freshly started) server."""
+    target = server.url if kind == "streamable" else server.sse_url
+    window = BackgroundWindow(server.pid)
+    result = await bounded(
+        ml.idle_streams(target, server.headers, args.streams, kind, server.pid, budget_s=IDLE_BUDGET_S),
+        IDLE_BUDGET_S * 3 + 120,
+    )
+    return IdleFigures(
+        server=server.spec.name,
+        kind=kind,
+        opened=f"{result.opened}/{result.requested}",
+        open_s=result.open_seconds,
+        rss_before_mb=result.rss_before_kb / 1024,
+        rss_after_mb=result.rss_after_kb / 1024,
+        kb_per_stream=result.kb_per_stream,
+        kb_per_get=result.kb_per_stream_only,
+        background_pct=window.percent_of_core(),
+        failure=result.first_error if result.opened < result.requested else None,
+    )
+
+
+def thread_cpu_ms(pid: int) -> dict[int, float]:
+    """User+system CPU (ms) used so far by each thread of ``pid``, by thread id."""
+    used: dict[int, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError, ValueError):
+            text = (task / "stat").read_text()
+            fields = text[text.rindex(")") + 2 :].split()
+            used[int(task.name)] = (int(fields[11]) + int(fields[12])) * 1000 / ml.CLK_TCK
+    return used
+
+
+async def profile_json_load(server: Running, args: argparse.Namespace) -> None:
+    """An extra (unmeasured) JSON load phase with py-spy attached, writing collapsed stacks."""
+    py_spy = shutil.which("py-spy") or str(Path(PYTHON).parent / "py-spy")
+    seconds = max(int(args.seconds), 5)
+    command = [py_spy, "record", "--pid", str(server.pid), "--duration", str(seconds)]
+    # --gil samples the thread holding the GIL, i.e. where Python spends CPU; --nonblocking keeps the
+    # thread split close to /proc's (pausing the process at each sample skews it towards the executor).
+    command += ["--rate", "250", "--gil", "--nonblocking", "--format", "raw", "--output", str(args.profile)]
+    spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        await asyncio.sleep(0.5)  # let py-spy attach before the load starts
+
+        async def factory() -> ml.Session:
+            return await ml.streamable_session(server.url, server.headers)
+
+        threads_before = thread_cpu_ms(server.pid)
+        load = await bounded(ml.concurrent_throughput(factory, args.clients, seconds + 1.0, False, server.pid), 300)
+        threads_after = thread_cpu_ms(server.pid)
+        main = threads_after.get(server.pid, 0.0) - threads_before.get(server.pid, 0.0)
+        others = sum(threads_after.values()) - sum(threads_before.values()) - main
+        calls = max(load.calls, 1)
+        print(
+            f"  profile: {load.calls} calls, {load.calls_per_s:.0f}/s, server CPU "
+            f"{ml._fmt(load.server_cpu_ms_per_call)} ms/call (slowed by py-spy): event-loop thread "
+            f"{main / calls:.3f}, other threads {others / calls:.3f} ms/call; stacks in {args.profile}"
+        )
+        _out, err = await asyncio.to_thread(spy.communicate, timeout=seconds + 30)
+        if spy.returncode != 0:
+            print(f"  profile: py-spy failed ({spy.returncode}): {err.decode(errors='replace')[-500:]}")
+    finally:
+        if spy.poll() is None:
+            spy.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                spy.wait(timeout=STOP_TIMEOUT_S)
+
+
+async def bench_server(spec: ServerSpec, args: argparse.Namespace, results: Results) -> None:
+    """All measurements of one server: calls on one process, each idle kind on a fresh one."""
+    print(f"== {spec.name}: {spec.description}", flush=True)
+    try:
+        async with running(spec) as server:
+            print(f"  pid {server.pid} at {server.url}, load average {load_average()}", flush=True)
+            for mode in args.modes:
+                try:
+                    figures = await measure_calls(server, mode, args)
+                except (ml.CallError, httpx.HTTPError, OSError, TimeoutError) as exc:
+                    figures = CallFigures(spec.name, mode, failure=repr(exc))
+                results.calls.append(figures)
+                print(f"  {mode}: {_call_summary(figures)}", flush=True)
+            if args.profile and spec.forge:
+                await profile_json_load(server, args)
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        results.calls.extend(CallFigures(spec.name, mode, failure=repr(exc)) for mode in args.modes)
+        print(f"  failed: {exc}", flush=True)
+    for kind in args.idle_kinds:
+        try:
+            async with running(spec) as server:
+                figures = await measure_idle(server, kind, args)
+        except (ml.CallError, httpx.HTTPError, OSError, TimeoutError, RuntimeError, subprocess.SubprocessError) as exc:
+            figures = IdleFigures(spec.name, kind, failure=repr(exc))
+        results.idle.append(figures)
+        print(f"  idle {kind}: {_idle_summary(figures)}", flush=True)
+
+
+def _call_summary(c: CallFigures) -> str:
+    if c.failure and c.p50_ms is None:
+        return f"failed: {c.failure}"
+    return (
+        f"{c.answers}, p50 {c.p50_ms:.2f} ms, {c.calls_per_s:.0f} calls/s, server CPU "
+        f"{_f(c.seq_cpu_ms)}/{_f(c.load_cpu_ms)} ms/call, bg {_f(c.background_pct, 0)}%"
+    )
+
+
+def _idle_summary(i: IdleFigures) -> str:
+    if i.kb_per_stream is None:
+        return f"failed: {i.failure}"
+    return f"{i.opened} open, {i.kb_per_stream:.1f} KB/stream, bg {_f(i.background_pct, 0)}%"
+
+
+# --------------------------------------------------------------------------
+# Report
+# --------------------------------------------------------------------------
+
+
+def _f(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _ratio(ours: float | None, reference: float | None) -> str:
+    if ours is None or not reference:
+        return "-"
+    return f"{ours / reference:.2f}x"
+
+
+def print_table(results: Results) -> None:
+    """One table: a line per server and call mode, then a line per server and idle kind."""
+    header = (
+        f"{'server':<9} {'measure':<16} {'answers':<11} {'p50 ms':>7} {'p99 ms':>7} {'seq srv':>8}"
+        f" {'calls/s':>8} {'load srv':>8} {'client':>7} {'err':>4} {'opened':>10} {'KB/strm':>8}"
+        f" {'KB/GET':>7} {'RSS MB':>7} {'bg %':>5}"
+    )
+    print(header)
+    print("-" * len(header))
+    for c in results.calls:
+        print(
+            f"{c.server:<9} {c.mode:<16} {c.answers:<11} {_f(c.p50_ms):>7} {_f(c.p99_ms):>7}"
+            f" {_f(c.seq_cpu_ms, 3):>8} {_f(c.calls_per_s, 0):>8} {_f(c.load_cpu_ms, 3):>8}"
+            f" {_f(c.client_cpu_ms):>7} {c.errors if c.errors is not None else '-':>4}"
+            f" {'-':>10} {'-':>8} {'-':>7} {'-':>7} {_f(c.background_pct, 0):>5}"
+        )
+    for i in results.idle:
+        print(
+            f"{i.server:<9} {'idle ' + i.kind:<16} {'-':<11} {'-':>7} {'-':>7} {'-':>8} {'-':>8} {'-':>8}"
+            f" {'-':>7} {'-':>4} {i.opened:>10} {_f(i.kb_per_stream, 1):>8} {_f(i.kb_per_get, 1):>7}"
+            f" {_f(i.rss_before_mb, 1):>7} {_f(i.background_pct, 0):>5}"
+        )
+    failures = [(c.server, c.mode, c.failure or c.first_error) for c in results.calls if c.failure or c.first_error]
+    failures += [(i.server, "idle " + i.kind, i.failure) for i in results.idle if i.failure]
+    for server, what, failure in failures:
+        print(f"  {server} {what}: {failure}")
+    print(
+        "seq srv / load srv: server CPU ms per call, sequential / at --clients; client: load client CPU ms"
+        " per call; KB/strm: server RSS growth per idle stream (session included); KB/GET: per GET stream"
+        " on top of open sessions; RSS MB: the fresh server's RSS before the streams; bg %: CPU of other"
+        " processes while measuring, % of one core"
+    )
+
+
+def print_ratios(results: Results) -> None:
+    """Forge against the SDK server answering in the same form (and the null server for scale)."""
+    lines: list[tuple[str, str, float | None, float | None, float | None]] = []
+    for mode in ("json", "sse", "legacy"):
+        ref = REFERENCE[mode]
+        forge, sdk, null = results.call("forge", mode), results.call(ref, mode), results.call("null", mode)
+        for label, attr in (("CPU ms/call seq", "seq_cpu_ms"), ("CPU ms/call load", "load_cpu_ms")):
+            lines.append(
+                (
+                    f"{mode} {label}",
+                    ref,
+                    getattr(forge, attr, None),
+                    getattr(sdk, attr, None),
+                    getattr(null, attr, None),
+                )
+            )
+        lines.append(
+            (
+                f"{mode} calls/s",
+                ref,
+                getattr(forge, "calls_per_s", None),
+                getattr(sdk, "calls_per_s", None),
+                getattr(null, "calls_per_s", None),
+            )
+        )
+    for kind in ("streamable", "legacy"):
+        ref = REFERENCE.get(kind, "sdk-json")
+        forge, sdk, null = results.idle_of("forge", kind), results.idle_of(ref, kind), results.idle_of("null", kind)
+        lines.append(
+            (
+                f"{kind} KB/stream",
+                ref,
+                getattr(forge, "kb_per_stream", None),
+                getattr(sdk, "kb_per_stream", None),
+                getattr(null, "kb_per_stream", None),
+            )
+        )
+        if kind == "streamable":
+            lines.append(
+                (
+                    f"{kind} KB/GET only",
+                    ref,
+                    getattr(forge, "kb_per_get", None),
+                    getattr(sdk, "kb_per_get", None),
+                    getattr(null, "kb_per_get", None),
+                )
+            )
+    header = f"{'figure':<24} {'SDK ref':<9} {'forge':>9} {'SDK':>9} {'forge/SDK':>10} {'null':>9}"
+    print(header)
+    print("-" * len(header))
+    for label, ref, forge_v, sdk_v, null_v in lines:
+        print(
+            f"{label:<24} {ref:<9} {_f(forge_v, 3):>9} {_f(sdk_v, 3):>9} {_ratio(forge_v, sdk_v):>10} {_f(null_v, 3):>9}"
+        )
+    print(
+        "SDK ref: the SDK server answering in the same form as Forge (sdk-sse for SSE answers);"
+        " forge/SDK below 1.00x meets the aim for CPU and memory (above 1.00x for calls/s)"
+    )
+
+
+def print_header(args: argparse.Namespace) -> None:
+    print(f"MCP benchmark, {datetime.now().astimezone():%Y-%m-%d %H:%M %Z}")
+    print(
+        f"machine: {os.cpu_count()} cores ({cpu_model()}), Linux {platform.release()}, Python {platform.python_version()}"
+    )
+    print(
+        f"options: --n {args.n} --clients {args.clients} --seconds {args.seconds:g} --streams {args.streams}"
+        f" servers {','.join(args.servers)}; load average at start {load_average()}"
+    )
+    print()
+
+
+# --------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, help="sequential calls for p50/p99 (500; --quick 100)")
+    parser.add_argument("--seconds", type=float, help="duration of each throughput phase (10; --quick 2)")
+    parser.add_argument("--streams", type=int, help="idle streams held per kind (2000; --quick 100)")
+    parser.add_argument("--clients", type=int, default=20, help="concurrent clients for calls/s (20)")
+    parser.add_argument("--quick", action="store_true", help="small numbers for a smoke run")
+    parser.add_argument(
+        "--servers",
+        type=ml.csv_of(tuple(SERVERS)),
+        default=",".join(SERVERS),
+        help=f"subset of {','.join(SERVERS)} (all)",
+    )
+    parser.add_argument("--json", type=Path, help="also write all figures to this JSON file")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="after Forge's call measurements, run one more JSON load phase under py-spy and write its "
+        "collapsed stacks here (summarise with bench/profile_summary.py)",
+    )
+    args = parser.parse_args(argv)
+    defaults = (100, 2.0, 100) if args.quick else (500, 10.0, 2000)
+    args.n = args.n if args.n is not None else defaults[0]
+    args.seconds = args.seconds if args.seconds is not None else defaults[1]
+    args.streams = args.streams if args.streams is not None else defaults[2]
+    if min(args.n, args.clients, args.streams) < 1 or args.seconds <= 0:
+        parser.error("--n, --clients, --streams and --seconds must be positive")
+    args.servers = [name for name in SERVERS if name in args.servers]  # fixed order
+    args.modes = ["json", "sse", "legacy"]
+    args.idle_kinds = ["streamable", "legacy"]
+    return args
+
+
+async def run(args: argparse.Namespace) -> Results:
+    loop = asyncio.get_running_loop()
+    main_task = asyncio.current_task()
+    assert main_task is not None
+    loop.add_signal_handler(signal.SIGTERM, main_task.cancel)  # stop the servers on SIGTERM too
+    ml.raise_fd_limit(FD_LIMIT)  # inherited by the servers (Forge does not raise its own)
+    results = Results()
+    for name in args.servers:
+        await bench_server(SERVERS[name], args, results)
+    return results
+
+
+def main() -> None:
+    args = parse_args()
+    print_header(args)
+    started = time.monotonic()
+    results = asyncio.run(run(args))
+    print()
+    print(f"== results ({(time.monotonic() - started) / 60:.1f} min, load average at end {load_average()})")
+    print_table(results)
+    print()
+    print_ratios(results)
+    if args.json:
+        payload: dict[str, Any] = {
+            "date": datetime.now().astimezone().isoformat(timespec="seconds"),
+            "cores": os.cpu_count(),
+            "cpu": cpu_model(),
+            "options": {k: v for k, v in vars(args).items() if k not in {"json", "profile"}},
+            **asdict(results),
+        }
+        args.json.write_text(json.dumps(payload, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()
