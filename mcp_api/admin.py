@@ -39,4 +39,3 @@ class McpSessionAdmin(ReadOnlyModelAdmin):
     list_filter = ("transport", "protocol_version", "ended_at")
     list_select_related = ("token",)
     search_fields = ("id", "token__label", "token__owner__username")
-

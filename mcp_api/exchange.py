@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
 
-from django.db import transaction
-
 from audit.models import EventKind
 from audit.services import AuditUnavailable, record
 from mcp_api import jsonrpc, services
@@ -301,15 +299,17 @@ def _session_context(token: ClientToken, session: McpSession, transport: str) ->
 
 
 def _initialize(exchange: Exchange, token: ClientToken, message: dict[str, Any], transport: Transport) -> Reply:
-    params = message.get("params") or {}
-    client_info = params.get("clientInfo") if isinstance(params.get("clientInfo"), dict) else {}
-    revision = negotiate(params.get("protocolVersion"))
-    with transaction.atomic():
-        session = services.do_open_session(
-            token, transport=transport, protocol_version=revision, client_info=client_info
-        )
+    revision, client_info = _initialize_params(message)
+    session = services.do_open_session(token, transport=transport, protocol_version=revision, client_info=client_info)
     answer = jsonrpc.result(message["id"], initialize_result(revision))
     return Reply(status=200, body=answer, headers={"Mcp-Session-Id": session.id})
+
+
+def _initialize_params(message: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The revision to answer an initialize with, and the client's self-description."""
+    params = message.get("params") or {}
+    client_info = params.get("clientInfo")
+    return negotiate(params.get("protocolVersion")), client_info if isinstance(client_info, dict) else {}
 
 
 def initialize_result(revision: str) -> dict[str, Any]:
@@ -559,8 +559,7 @@ def _sse_open(exchange: Exchange) -> Reply:
     token = _authenticate(exchange)
     if isinstance(token, Reply):
         return token
-    with transaction.atomic():
-        session = services.do_open_session(token, transport=Transport.SSE)
+    session = services.do_open_session(token, transport=Transport.SSE)
     plan = StreamPlan(
         token_id=token.pk,
         token_expires_at=token.expires_at,
@@ -616,9 +615,7 @@ def _sse_initialize(session: McpSession, message: dict[str, Any]) -> dict[str, A
     if session.protocol_version:
         exc = jsonrpc.invalid_request("This session is already initialized; open a new stream to start over.")
         return jsonrpc.error(message["id"], exc)
-    params = message.get("params") or {}
-    client_info = params.get("clientInfo") if isinstance(params.get("clientInfo"), dict) else {}
-    revision = negotiate(params.get("protocolVersion"))
+    revision, client_info = _initialize_params(message)
     McpSession.objects.filter(pk=session.pk).update(protocol_version=revision, client_info=client_info)
     return jsonrpc.result(message["id"], initialize_result(revision))
 

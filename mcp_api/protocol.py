@@ -187,7 +187,9 @@ def respond(ctx: CallContext, message: dict[str, Any]) -> dict[str, Any]:
     except RpcError as exc:
         return error(request_id, exc)
     except AuditUnavailable:
-        exc = RpcError(INTERNAL_ERROR, "FORGE_ERR_AUDIT_UNAVAILABLE: the audit log cannot be written, so nothing was done.")
+        exc = RpcError(
+            INTERNAL_ERROR, "FORGE_ERR_AUDIT_UNAVAILABLE: the audit log cannot be written, so nothing was done."
+        )
         return error(request_id, exc)
     except Exception:
         logger.exception("internal error answering %s", message.get("method"))

@@ -101,26 +101,24 @@ def do_open_session(
     client_info: dict | None = None,
     initialized: bool = False,
 ) -> McpSession:
-    session = McpSession.objects.create(
-        id=new_session_id(),
-        token=token,
-        transport=transport,
-        protocol_version=protocol_version,
-        client_info=client_info or {},
-        initialized=initialized,
-    )
-    record(
-        EventKind.SESSION_OPENED,
-        arguments={
-            "transport": str(transport),
-            "protocol_version": protocol_version,
-            "client": client_info or {},
-        },
-        outcome="opened",
-        called_by=token.owner.get_username(),
-        session=session.id,
-        client_label=token.label,
-    )
+    """Open a session for a token, and audit it."""
+    with transaction.atomic():
+        session = McpSession.objects.create(
+            id=new_session_id(),
+            token=token,
+            transport=transport,
+            protocol_version=protocol_version,
+            client_info=client_info or {},
+            initialized=initialized,
+        )
+        record(
+            EventKind.SESSION_OPENED,
+            arguments={"transport": str(transport), "protocol_version": protocol_version, "client": client_info or {}},
+            outcome="opened",
+            called_by=token.owner.get_username(),
+            session=session.id,
+            client_label=token.label,
+        )
     return session
 
 
