@@ -12,6 +12,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import tomllib
 import venv
 from pathlib import Path
 
@@ -30,11 +31,21 @@ def ensure_environment(extras: str) -> None:
     wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + extras.encode()).hexdigest()
     if STAMP.exists() and STAMP.read_text() == wanted:
         return
-    print(f"# installing Forge MCP{extras} into {VENV}", flush=True)
+    print(f"# installing Forge MCP's dependencies{extras} into {VENV}", flush=True)
     pip = [str(PYTHON), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
     subprocess.run([*pip, "--upgrade", "pip"], check=True)
-    subprocess.run([*pip, "-e", f".{extras}"], cwd=ROOT, check=True)
+    subprocess.run([*pip, *requirements(extras)], cwd=ROOT, check=True)
     STAMP.write_text(wanted)
+
+
+def requirements(extras: str) -> list[str]:
+    """The dependencies pyproject.toml declares (plus the named extras); the checkout itself runs in place."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = list(project["dependencies"])
+    for extra in extras.strip("[]").split(","):
+        if extra:
+            wanted += project["optional-dependencies"][extra]
+    return wanted
 
 
 def manage(*args: str) -> None:
