@@ -113,7 +113,7 @@ async def test_a_malformed_base64_name_header_is_a_header_mismatch(cast):
     headers = stateless_headers(cast.operator.raw_token, "tools/call", name="=?base64?////?=")
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "server_info", "_meta": envelope()}}
 
-    response = await send("POST", "/mcp", headers=headers + [(b"x-odd", "é".encode("latin-1"))], body=body)
+    response = await send("POST", "/mcp", headers=[*headers, (b"x-odd", "é".encode("latin-1"))], body=body)
 
     assert_well_formed(response.status, response.body)
     assert (response.status, response.error_code) == (400, HEADER_MISMATCH)
