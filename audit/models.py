@@ -1,6 +1,14 @@
-"""The audit event row. Rows are only ever added, through `audit.services.record`."""
+"""The audit log's tables: events (a MAC chain), the Merkle tree over them, and signed checkpoints.
+
+Rows are only ever added, by `audit.services`; the model refuses to update or delete them and so do
+database triggers (migration 0002), so a change behind the model's back needs the triggers dropped first,
+and `audit_verify` finds it by the chain.
+"""
 
 from __future__ import annotations
+
+import json
+from typing import Any
 
 from django.db import models
 
@@ -9,35 +17,86 @@ class EventKind(models.TextChoices):
     TOOL_CALL = "tool_call"
     SESSION_OPENED = "session_opened"
     SESSION_ENDED = "session_ended"
+    ACCESS_REQUEST = "access_request"
+    ACCESS_DECISION = "access_decision"
+    CONFIRMATION_CREATED = "confirmation_created"
+    CONFIRMATION_DECIDED = "confirmation_decided"
+    CONTRACT_TRANSITION = "contract_transition"
+    DRAFT_ACCEPTED = "draft_accepted"
+    DRAFT_DISCARDED = "draft_discarded"
+    CARETAKER_ACTION = "caretaker_action"
+    CONSOLE_LOGIN = "console_login"
     TOKEN_CREATED = "token_created"
     TOKEN_REVOKED = "token_revoked"
+    MCP_SWITCHED = "mcp_switched"
+    EXTERNAL_CHANGE = "external_change"
     AUTH_REFUSED = "auth_refused"
     ORIGIN_REFUSED = "origin_refused"
-    CONSOLE_LOGIN = "console_login"
     OPERATOR_CREATED = "operator_created"
 
 
-class AuditEvent(models.Model):
+class AppendOnly(models.Model):
+    class Meta:
+        abstract = True
+
+    def save(self, *args, **kwargs) -> None:
+        if not kwargs.get("force_insert"):
+            raise ValueError(f"{type(self).__name__} rows are append-only; they are only ever inserted")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise ValueError(f"{type(self).__name__} rows are append-only and cannot be deleted")
+
+
+class AuditEvent(AppendOnly):
+    """One event. `mac` = HMAC-SHA256(audit key, prev_mac || canonical JSON of the row without its MAC)."""
+
+    seq = models.BigIntegerField(primary_key=True)
     ts = models.DateTimeField(db_index=True)
     kind = models.CharField(max_length=40, choices=EventKind.choices, db_index=True)
     tool = models.CharField(max_length=100, blank=True, db_index=True)
-    arguments = models.JSONField(default=dict, blank=True)
+    arguments_json = models.TextField(default="{}", help_text="Sanitized arguments as canonical JSON.")
     outcome = models.CharField(max_length=200, blank=True)
     called_by = models.CharField(max_length=200, blank=True, db_index=True)
     session = models.CharField(max_length=100, blank=True, db_index=True)
     client_label = models.CharField(max_length=200, blank=True)
     project = models.CharField(max_length=100, blank=True, db_index=True)
+    prev_mac = models.CharField(max_length=64)
+    mac = models.CharField(max_length=64, unique=True)
 
     class Meta:
-        ordering = ["id"]
+        ordering = ["seq"]
 
     def __str__(self) -> str:
-        return f"#{self.pk} {self.kind} {self.tool or ''} {self.outcome}".strip()
+        return f"#{self.seq} {self.kind} {self.tool} {self.outcome}".replace("  ", " ").strip()
 
-    def save(self, *args, **kwargs) -> None:
-        if self.pk is not None and not kwargs.get("force_insert"):
-            raise ValueError("audit events are append-only; record a new event instead")
-        super().save(*args, **kwargs)
+    @property
+    def arguments(self) -> Any:
+        return json.loads(self.arguments_json)
 
-    def delete(self, *args, **kwargs):
-        raise ValueError("audit events are append-only and cannot be deleted")
+
+class AuditTreeNode(AppendOnly):
+    """The hash of one perfect subtree of the RFC 9162 tree over the events: leaves [index*2^level, +2^level)."""
+
+    key = models.BigIntegerField(primary_key=True, help_text="level << 48 | index")
+    level = models.PositiveSmallIntegerField()
+    index = models.BigIntegerField()
+    hash = models.BinaryField(max_length=32)
+
+    def __str__(self) -> str:
+        return f"node {self.level}/{self.index}"
+
+
+class AuditCheckpoint(AppendOnly):
+    """A signed statement of the tree's size and root hash, in the C2SP signed-note checkpoint form."""
+
+    size = models.BigIntegerField(primary_key=True)
+    root = models.BinaryField(max_length=32)
+    note = models.TextField()
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["size"]
+
+    def __str__(self) -> str:
+        return f"checkpoint at {self.size}"

@@ -1,32 +1,51 @@
-"""Writing audit events: the one call site every app uses.
+"""Appending to the audit log: the one call site every app uses, and the checkpoints over it.
 
-`record()` sanitizes the arguments (secrets redacted, large values replaced by their digest) and
-appends the row in the caller's transaction, so a state change and its audit row commit together or
-not at all. When the row cannot be written the caller gets `AuditUnavailable` and must not carry out
-the action it was about to record (fail closed).
+`record()` sanitizes the arguments (secrets redacted, large values replaced by their digest), takes the
+chain lock, and appends the row with its MAC, its Merkle tree nodes and its mirror line, all in the
+caller's transaction: a state change and its audit row commit together or not at all. When the row
+cannot be written (database error, mirror unwritable) the caller gets `AuditUnavailable` and the action
+it was about to record must not happen (fail closed).
+
+Appends are serialized so the chain never forks or gaps: on SQLite every transaction begins IMMEDIATE
+(settings), which takes the database's write lock; on PostgreSQL a transaction-scoped advisory lock.
+The append path uses prepared SQL: it runs on every tool call.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import hmac
 import json
+import math
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
-from django.db import DatabaseError
+from django.conf import settings
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from audit.models import AuditEvent, EventKind
+from audit import keys, merkle
+from audit.checkpoint import Checkpoint, sign
+from audit.mirror import Mirror, MirrorError
+from audit.models import AuditCheckpoint, AuditEvent, AuditTreeNode, EventKind
 
 MAX_VALUE_CHARS = 1024
 SECRET_KEYS = frozenset(
     {"token", "password", "secret", "private_key", "authorization", "api_key", "enrollment_code", "key"}
 )
 REDACTED = "[redacted]"
+GENESIS_MAC = "0" * 64
+CHAIN_LOCK_ID = 0x466F726765  # "Forge": the PostgreSQL advisory lock that serializes appends
+NODE_LEVEL_SHIFT = 48  # a tree node's key: level << 48 | index (2^48 events is far beyond any log)
 
 
 class AuditUnavailable(Exception):
     """The audit row could not be written; the recorded action must not happen."""
+
+
+# --- what goes into a row --------------------------------------------------------------------------
 
 
 def sanitize(value: Any, *, secret_keys: Iterable[str] = ()) -> Any:
@@ -43,9 +62,11 @@ def _sanitize(value: Any, secrets: frozenset[str]) -> Any:
         }
     if isinstance(value, list | tuple):
         return [_sanitize(item, secrets) for item in value]
-    if isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
-        return _digest(value)
-    if isinstance(value, bool | int | float | str) or value is None:
+    if isinstance(value, str):
+        return _digest(value) if len(value) > MAX_VALUE_CHARS else value
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, bool | int | float) or value is None:
         return value
     text = json.dumps(value, default=str)
     return _digest(text) if len(text) > MAX_VALUE_CHARS else text
@@ -54,6 +75,66 @@ def _sanitize(value: Any, secrets: frozenset[str]) -> Any:
 def _digest(text: str) -> dict[str, Any]:
     data = text.encode()
     return {"sha256": hashlib.sha256(data).hexdigest(), "length": len(data)}
+
+
+def canonical_json(value: Any) -> str:
+    """The one serialization that MACs, leaves and mirror lines are computed over."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def format_ts(ts: datetime) -> str:
+    return ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def row_body(event: AuditEvent) -> dict[str, Any]:
+    """The row as the MAC covers it: every field but the MAC itself."""
+    return {
+        "seq": event.seq,
+        "ts": format_ts(event.ts),
+        "kind": event.kind,
+        "tool": event.tool,
+        "arguments": json.loads(event.arguments_json),
+        "outcome": event.outcome,
+        "called_by": event.called_by,
+        "session": event.session,
+        "client_label": event.client_label,
+        "project": event.project,
+        "prev_mac": event.prev_mac,
+    }
+
+
+def compute_mac(prev_mac: str, body: Mapping[str, Any]) -> str:
+    message = prev_mac.encode() + canonical_json(body).encode()
+    return hmac.new(keys.hmac_key(), message, hashlib.sha256).hexdigest()
+
+
+def event_line(event: AuditEvent) -> str:
+    """The event as a mirror line and as the data of its Merkle leaf: the row with its MAC."""
+    return canonical_json({**row_body(event), "mac": event.mac})
+
+
+# --- the tree's node store -------------------------------------------------------------------------
+
+
+def node_key(level: int, index: int) -> int:
+    return (level << NODE_LEVEL_SHIFT) | index
+
+
+class DatabaseNodeStore:
+    """The tree's perfect-subtree hashes as rows; a proof reads all it needs in one query."""
+
+    def get_many(self, positions: list[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
+        if not positions:
+            return {}
+        wanted = {node_key(level, index): (level, index) for level, index in positions}
+        table = connection.ops.quote_name(AuditTreeNode._meta.db_table)
+        marks = ", ".join(["%s"] * len(wanted))
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT key, hash FROM {table} WHERE key IN ({marks})", list(wanted))
+            return {wanted[key]: bytes(value) for key, value in cursor.fetchall()}
+
+
+# --- appending -------------------------------------------------------------------------------------
 
 
 def record(
@@ -68,20 +149,117 @@ def record(
     client_label: str = "",
     project: str = "",
 ) -> AuditEvent:
-    """Append one audit event. Raises `AuditUnavailable` when it cannot be written."""
-    event = AuditEvent(
-        ts=timezone.now(),
-        kind=str(kind),
-        tool=tool,
-        arguments=sanitize(dict(arguments or {}), secret_keys=secret_keys),
-        outcome=outcome[:200],
-        called_by=called_by[:200],
-        session=session,
-        client_label=client_label[:200],
-        project=project,
-    )
+    """Append one audit event in the caller's transaction. Raises `AuditUnavailable` when it cannot."""
+    if kind not in EventKind.values:
+        raise ValueError(f"{kind!r} is not an audit event kind; add it to EventKind")
+    arguments_json = canonical_json(sanitize(dict(arguments or {}), secret_keys=secret_keys))
     try:
-        event.save(force_insert=True)
-    except DatabaseError as exc:
+        with transaction.atomic():
+            _lock_chain()
+            event = _append(
+                AuditEvent(
+                    ts=timezone.now(),
+                    kind=str(kind),
+                    tool=tool[:100],
+                    arguments_json=arguments_json,
+                    outcome=outcome[:200],
+                    called_by=called_by[:200],
+                    session=session[:100],
+                    client_label=client_label[:200],
+                    project=project[:100],
+                )
+            )
+    except (DatabaseError, MirrorError) as exc:
         raise AuditUnavailable(str(exc)) from exc
     return event
+
+
+def _lock_chain() -> None:
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CHAIN_LOCK_ID])
+
+
+def _append(event: AuditEvent) -> AuditEvent:
+    with connection.cursor() as cursor:
+        cursor.execute(_last_row_sql())
+        last = cursor.fetchone()
+    size, event.prev_mac = (last[0], last[1]) if last else (0, GENESIS_MAC)
+    event.seq = size + 1
+    event.mac = compute_mac(event.prev_mac, row_body(event))
+    event.save(force_insert=True)
+    line = event_line(event)
+    nodes = merkle.nodes_for_append(size, merkle.leaf_hash(line.encode()), DatabaseNodeStore())
+    AuditTreeNode.objects.bulk_create(
+        [AuditTreeNode(key=node_key(level, index), level=level, index=index, hash=h) for level, index, h in nodes]
+    )
+    Mirror(settings.FORGE_AUDIT_LOG).append(event.seq, line)
+    every = settings.FORGE_AUDIT_CHECKPOINT_EVENTS
+    if every and event.seq % every == 0:
+        _store_checkpoint(event.seq)
+    return event
+
+
+def _last_row_sql() -> str:
+    table = connection.ops.quote_name(AuditEvent._meta.db_table)
+    return f"SELECT seq, mac FROM {table} ORDER BY seq DESC LIMIT 1"
+
+
+# --- checkpoints -----------------------------------------------------------------------------------
+
+
+def tree_size() -> int:
+    last = AuditEvent.objects.order_by("-seq").values_list("seq", flat=True).first()
+    return last or 0
+
+
+def do_make_checkpoint() -> AuditCheckpoint | None:
+    """Sign a checkpoint of the log as it is now; None when nothing was appended since the last one."""
+    try:
+        with transaction.atomic():
+            _lock_chain()
+            size = tree_size()
+            latest = AuditCheckpoint.objects.order_by("-size").first()
+            if size == 0 or (latest is not None and latest.size >= size):
+                return None
+            return _store_checkpoint(size)
+    except DatabaseError as exc:
+        raise AuditUnavailable(str(exc)) from exc
+
+
+def _store_checkpoint(size: int) -> AuditCheckpoint:
+    store = DatabaseNodeStore()
+    root = merkle.root(size, store)
+    previous = AuditCheckpoint.objects.filter(size__lt=size).order_by("-size").first()
+    if previous is not None:
+        proof = merkle.consistency_proof(previous.size, size, store)
+        if not merkle.verify_consistency(previous.size, size, bytes(previous.root), root, proof):
+            # The stored tree no longer extends what was published: never sign over that.
+            raise AuditUnavailable(f"the audit tree at {size} is inconsistent with checkpoint {previous.size}")
+    note = sign(Checkpoint(origin=keys.origin(), size=size, root=root), keys.KEY_NAME, keys.signing_key())
+    checkpoint = AuditCheckpoint(size=size, root=root, note=note, created_at=timezone.now())
+    checkpoint.save(force_insert=True)
+    return checkpoint
+
+
+def checkpoint_public_key() -> dict[str, str]:
+    from audit.checkpoint import verifier_key_string
+
+    return {
+        "key_name": keys.KEY_NAME,
+        "origin": keys.origin(),
+        "ed25519_public_key": base64.b64encode(keys.public_key_bytes()).decode(),
+        "verifier_key": verifier_key_string(keys.KEY_NAME, keys.public_key()),
+    }
+
+
+def checkpoint_if_due(now: datetime | None = None) -> AuditCheckpoint | None:
+    """Sign a checkpoint when the last one is older than FORGE_AUDIT_CHECKPOINT_EVERY's seconds."""
+    seconds = settings.FORGE_AUDIT_CHECKPOINT_SECONDS
+    if not seconds:
+        return None
+    now = now or timezone.now()
+    latest = AuditCheckpoint.objects.order_by("-size").values_list("created_at", flat=True).first()
+    if latest is not None and (now - latest).total_seconds() < seconds:
+        return None
+    return do_make_checkpoint()

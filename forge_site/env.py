@@ -84,3 +84,22 @@ def secret_file(directory: Path, name: str, nbytes: int = 32) -> str:
     if not value:
         raise ImproperlyConfigured(f"secret file {path} is empty; delete it to have a new one made.")
     return value
+
+
+def envcadence(name: str, default: str) -> tuple[int, float]:
+    """A cadence like "1000", "300s" or "1000,300s": every N events and/or every T seconds (0 = never)."""
+    raw = os.environ.get(name, default)
+    events, seconds = 0, 0.0
+    for part in (p.strip() for p in raw.split(",") if p.strip()):
+        try:
+            if part.endswith("s"):
+                seconds = float(part[:-1])
+            else:
+                events = int(part)
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"{name}={raw!r}: use N events, Ts seconds, or both, like '1000,300s'."
+            ) from None
+        if events < 0 or seconds < 0:
+            raise ImproperlyConfigured(f"{name}={raw!r} must not be negative.")
+    return events, seconds

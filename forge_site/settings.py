@@ -12,7 +12,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from forge_site.env import envbool, envfloat, envint, envlist, envstr, secret_file
+from forge_site.env import envbool, envcadence, envfloat, envint, envlist, envstr, secret_file
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -140,6 +140,9 @@ FORGE_SSE_KEEPALIVE_SECONDS = envfloat("FORGE_SSE_KEEPALIVE_SECONDS", 15.0, mini
 FORGE_STREAM_RECHECK_SECONDS = envfloat("FORGE_STREAM_RECHECK_SECONDS", 300.0, minimum=0.05)
 FORGE_TOOLS_PAGE_SIZE = envint("FORGE_TOOLS_PAGE_SIZE", 50, minimum=1)
 FORGE_PUBLIC_URL = envstr("FORGE_PUBLIC_URL", "")
+
+# --- Audit ----------------------------------------------------------------------------------------
+FORGE_AUDIT_CHECKPOINT_EVENTS, FORGE_AUDIT_CHECKPOINT_SECONDS = envcadence("FORGE_AUDIT_CHECKPOINT_EVERY", "1000,300s")
 
 LOGGING = {
     "version": 1,

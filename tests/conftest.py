@@ -6,6 +6,7 @@ token for each. Raw token values live only in these fixtures; the database holds
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 
 import pytest
@@ -72,3 +73,46 @@ def django_db_setup(django_db_setup, django_db_blocker):
 def pytest_collection_modifyitems(config, items) -> None:
     """In-process tests first, then the ones that start real servers: fast feedback comes first."""
     items.sort(key=lambda item: item.get_closest_marker("live") is not None)
+
+
+def append_only_triggers():
+    """The audit migration's trigger functions, for tests that must drop and restore them."""
+    return importlib.import_module("audit.migrations.0002_append_only_triggers")
+
+
+def set_append_only_triggers(enabled: bool) -> None:
+    module = append_only_triggers()
+    with connection.schema_editor(atomic=False) as editor:
+        if enabled:
+            module.create(None, editor)
+        else:
+            module.drop_triggers(None, editor, keep_function=True)
+
+
+@pytest.fixture(autouse=True)
+def _audit_tables_flushable(request):
+    """Transactional tests end with a flush (DELETE of every row), which the audit triggers refuse:
+    lift them for that flush only, and put them back before the next test."""
+    marker = request.node.get_closest_marker("django_db")
+    if not (marker and marker.kwargs.get("transaction")) and "transactional_db" not in request.fixturenames:
+        yield
+        return
+    request.getfixturevalue("transactional_db")
+    set_append_only_triggers(True)
+    yield
+    set_append_only_triggers(False)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _audit_files_in_a_temporary_place(tmp_path_factory):
+    """The audit mirror and keys of the test run live in a temporary folder, never in the checkout's var/."""
+    from django.conf import settings
+
+    from audit import keys
+
+    folder = tmp_path_factory.mktemp("forge-data")
+    settings.FORGE_AUDIT_LOG = folder / "audit" / "audit.jsonl"
+    settings.FORGE_SECRETS_DIR = folder / "secrets"
+    keys.hmac_key.cache_clear()
+    keys.signing_key.cache_clear()
+    yield

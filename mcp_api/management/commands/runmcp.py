@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import logging
 import resource
+import threading
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -30,6 +31,21 @@ def raise_open_files_limit() -> int:
     return soft
 
 
+def checkpoint_loop(stop: threading.Event) -> None:
+    """Sign audit checkpoints on FORGE_AUDIT_CHECKPOINT_EVERY's seconds cadence until the server stops."""
+    from django.db import close_old_connections
+
+    from audit.services import AuditUnavailable, checkpoint_if_due
+
+    interval = max(1.0, min(60.0, settings.FORGE_AUDIT_CHECKPOINT_SECONDS / 4))
+    while not stop.wait(interval):
+        close_old_connections()
+        try:
+            checkpoint_if_due()
+        except AuditUnavailable:
+            logger.exception("could not sign an audit checkpoint; will try again")
+
+
 class Command(BaseCommand):
     help = "Serve Forge MCP (Streamable HTTP at /mcp, legacy SSE at /sse, the console at /console/) with daphne."
 
@@ -47,6 +63,8 @@ class Command(BaseCommand):
         raise_open_files_limit()
         url = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
 
+        stop = threading.Event()
+
         def ready() -> None:
             # Everything loaded at start-up lives for the whole process; freezing it keeps the cyclic
             # collector from walking the Twisted + Django heap on every gen-2 pass (p99 35 -> 21 ms).
@@ -54,6 +72,8 @@ class Command(BaseCommand):
             gc.freeze()
             self.stdout.write(f"Forge MCP listening on {url}/mcp (legacy SSE {url}/sse, console {url}/console/)")
             self.stdout.flush()
+            if settings.FORGE_AUDIT_CHECKPOINT_SECONDS:
+                threading.Thread(target=checkpoint_loop, args=(stop,), name="audit-checkpoints", daemon=True).start()
 
         if settings.FORGE_OVERRIDE_SECURITIES:
             self.stdout.write("WARNING: FORGE_OVERRIDE_SECURITIES=1: direct-write tools are registered.")
@@ -66,3 +86,4 @@ class Command(BaseCommand):
             verbosity=0,
             ready_callable=ready,
         ).run()
+        stop.set()
