@@ -20,10 +20,11 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, connection, models, transaction
 from django.utils import timezone
 
 from audit import keys, merkle
@@ -187,17 +188,37 @@ def _append(event: AuditEvent) -> AuditEvent:
     size, event.prev_mac = (last[0], last[1]) if last else (0, GENESIS_MAC)
     event.seq = size + 1
     event.mac = compute_mac(event.prev_mac, row_body(event))
-    event.save(force_insert=True)
     line = event_line(event)
     nodes = merkle.nodes_for_append(size, merkle.leaf_hash(line.encode()), DatabaseNodeStore())
-    AuditTreeNode.objects.bulk_create(
-        [AuditTreeNode(key=node_key(level, index), level=level, index=index, hash=h) for level, index, h in nodes]
-    )
+    # Prepared INSERTs instead of Model.save / bulk_create: the ORM spent ~0.2 ms per call compiling them.
+    event_sql, event_fields = _insert_sql(AuditEvent)
+    node_sql, node_fields = _insert_sql(AuditTreeNode)
+    with connection.cursor() as cursor:
+        cursor.execute(event_sql, [f.get_db_prep_save(getattr(event, f.attname), connection) for f in event_fields])
+        cursor.executemany(
+            node_sql,
+            [
+                [
+                    f.get_db_prep_save(v, connection)
+                    for f, v in zip(node_fields, (node_key(lv, i), lv, i, h), strict=True)
+                ]
+                for lv, i, h in nodes
+            ],
+        )
     Mirror(settings.FORGE_AUDIT_LOG).append(event.seq, line)
     every = settings.FORGE_AUDIT_CHECKPOINT_EVENTS
     if every and event.seq % every == 0:
         _store_checkpoint(event.seq)
     return event
+
+
+@cache
+def _insert_sql(model: type[models.Model]) -> tuple[str, list[models.Field]]:
+    fields = list(model._meta.concrete_fields)
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(f.column) for f in fields)
+    marks = ", ".join(["%s"] * len(fields))
+    return f"INSERT INTO {quote(model._meta.db_table)} ({columns}) VALUES ({marks})", fields
 
 
 def _last_row_sql() -> str:
