@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-TAIL_CHUNK = 64 * 1024
+TAIL_CHUNK = 4096  # a line is ~0.5 KB: the last committed one is almost always in the first read
 
 
 class MirrorError(Exception):

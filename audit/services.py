@@ -187,8 +187,9 @@ def _append(event: AuditEvent) -> AuditEvent:
         last = cursor.fetchone()
     size, event.prev_mac = (last[0], last[1]) if last else (0, GENESIS_MAC)
     event.seq = size + 1
-    event.mac = compute_mac(event.prev_mac, row_body(event))
-    line = event_line(event)
+    body = row_body(event)
+    event.mac = compute_mac(event.prev_mac, body)
+    line = canonical_json({**body, "mac": event.mac})
     nodes = merkle.nodes_for_append(size, merkle.leaf_hash(line.encode()), DatabaseNodeStore())
     # Prepared INSERTs instead of Model.save / bulk_create: the ORM spent ~0.2 ms per call compiling them.
     event_sql, event_fields = _insert_sql(AuditEvent)
