@@ -1,5 +1,9 @@
 """The JSONL mirror of the audit log: one line per event, appended, flushed and fsynced under a file lock.
 
+Each server process keeps its mirror complete: when other processes appended to the shared log since
+this file's last line, their committed lines are copied in first (appends hold the chain lock, so the
+database cannot move meanwhile).
+
 A line is written inside the transaction that appends its row, before the commit, so that a mirror that
 cannot be written stops the action (fail closed). If that transaction then rolls back, its line is left
 behind with a sequence number the database never committed; the next append finds it at the tail and
@@ -12,6 +16,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 TAIL_CHUNK = 4096  # a line is ~0.5 KB: the last committed one is almost always in the first read
@@ -25,7 +30,8 @@ class Mirror:
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def append(self, seq: int, line: str) -> None:
+    def append(self, seq: int, line: str, missing: Callable[[int, int], list[str]]) -> None:
+        """Write the line of event `seq`; `missing(first, last)` gives committed lines the file lacks."""
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -34,8 +40,9 @@ class Mirror:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             size = os.fstat(fd).st_size
-            end = self._end_of(fd, size, seq - 1)
-            data = (line + "\n").encode()
+            end, last = self._tail(fd, size, seq - 1)
+            lines = [*missing(last + 1, seq - 1), line] if last < seq - 1 else [line]
+            data = "".join(item + "\n" for item in lines).encode()
             if end > size:  # the last line lacks its newline (a crash mid-write): complete it
                 data = b"\n" + data
                 end = size
@@ -49,15 +56,15 @@ class Mirror:
         finally:
             os.close(fd)
 
-    def _end_of(self, fd: int, size: int, seq: int) -> int:
-        """The offset just after the line of event `seq` (0 for none): where the next line goes.
+    def _tail(self, fd: int, size: int, seq: int) -> tuple[int, int]:
+        """Where the next line goes, and the last event at or before `seq` that the file holds.
 
-        Normally that line is the last one; lines after it are left from transactions that rolled back.
+        Normally the file ends with event `seq`. Lines after it are left from transactions that rolled
+        back and are cut off. A file that ends earlier (another process appended to the log, or the
+        file is new) is filled in by the caller from the database.
         """
-        if seq == 0:
-            return 0
         position, buffer = size, b""
-        while position > 0:
+        while position > 0 and seq > 0:
             start = max(0, position - TAIL_CHUNK)
             os.lseek(fd, start, os.SEEK_SET)
             buffer = os.read(fd, position - start) + buffer
@@ -70,15 +77,9 @@ class Mirror:
             first = 1 if start > 0 else 0  # a piece cut by the chunk boundary is read on the next round
             for i in range(len(pieces) - 1, first - 1, -1):
                 found = line_seq(pieces[i]) if pieces[i].strip() else None
-                if found == seq:
-                    return offsets[i] + len(pieces[i]) + 1
-                if found is not None and found < seq:
-                    position = 0
-                    break
-        raise MirrorError(
-            f"the audit mirror {self.path} does not hold event {seq}, the last committed one; restore it or "
-            "rebuild it from the database with 'python manage.py audit_verify --rebuild-mirror'"
-        )
+                if found is not None and found <= seq:
+                    return offsets[i] + len(pieces[i]) + 1, found
+        return 0, 0
 
     def lines(self):
         """Yield (line number, raw line) of the whole file, under a shared lock."""

@@ -206,11 +206,16 @@ def _append(event: AuditEvent) -> AuditEvent:
                 for lv, i, h in nodes
             ],
         )
-    Mirror(settings.FORGE_AUDIT_LOG).append(event.seq, line)
+    Mirror(settings.FORGE_AUDIT_LOG).append(event.seq, line, committed_lines)
     every = settings.FORGE_AUDIT_CHECKPOINT_EVENTS
     if every and event.seq % every == 0:
         _store_checkpoint(event.seq)
     return event
+
+
+def committed_lines(first: int, last: int) -> list[str]:
+    """The mirror lines of events first..last, from the database."""
+    return [event_line(event) for event in AuditEvent.objects.filter(seq__gte=first, seq__lte=last).order_by("seq")]
 
 
 @cache

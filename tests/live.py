@@ -10,6 +10,7 @@ The official `mcp` SDK client connects to a live server through `streamable_clie
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import httpx2
@@ -199,3 +201,27 @@ def wait_for_port(port: int, process: subprocess.Popen, limit: float = 20.0) -> 
                 return
         time.sleep(0.1)  # polling a process that is starting; there is no event to wait on
     raise RuntimeError(f"nothing listens on port {port} after {limit}s")
+
+
+@contextmanager
+def scratch_database() -> Iterator[dict[str, str]]:
+    """On the scale-out path, a fresh PostgreSQL database for this run's server processes, dropped after.
+
+    The servers must not migrate the shared database named in DATABASE_URL: runs on one machine would
+    share (and fight over) its schema. Yields the environment overrides for the servers (none for SQLite).
+    """
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith(("postgres://", "postgresql://")):
+        yield {}
+        return
+    import psycopg
+
+    name = f"forge_live_{os.getpid()}_{secrets.token_hex(3)}"
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield {"DATABASE_URL": urlunsplit(urlsplit(url)._replace(path=f"/{name}"))}
+    finally:
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", [name])
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}"')

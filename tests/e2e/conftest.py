@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.live import prepare, run_server
+from tests.live import prepare, run_server, scratch_database
 
 
 @pytest.fixture
@@ -15,6 +15,7 @@ def anyio_backend():
 @pytest.fixture(scope="session")
 def forge_server(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("live")
-    env, token = prepare(data_dir)
-    with run_server(env, token, data_dir) as server:
-        yield server
+    with scratch_database() as database:
+        env, token = prepare(data_dir, **database)
+        with run_server(env, token, data_dir) as server:
+            yield server
