@@ -7,7 +7,6 @@ checkpoints that anyone can check with its public half.
 from __future__ import annotations
 
 import hashlib
-import os
 from functools import cache
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from django.conf import settings
 
-from forge_site.env import secret_file
+from forge_site.env import create_once, secret_file
 
 KEY_NAME = "forge-mcp-audit"
 
@@ -28,21 +27,17 @@ def hmac_key() -> bytes:
 @cache
 def signing_key() -> Ed25519PrivateKey:
     path: Path = settings.FORGE_SECRETS_DIR / "audit-signing-key.pem"
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
-        if not isinstance(key, Ed25519PrivateKey):
-            raise ValueError(f"{path} does not hold an Ed25519 private key") from None
-        return key
-    key = Ed25519PrivateKey.generate()
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(pem)
-        handle.flush()
-        os.fsync(handle.fileno())
+    pem = create_once(path, _new_signing_key)
+    key = serialization.load_pem_private_key(pem, password=None)
+    if not isinstance(key, Ed25519PrivateKey):
+        raise ValueError(f"{path} does not hold an Ed25519 private key")
     return key
+
+
+def _new_signing_key() -> bytes:
+    return Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def public_key() -> Ed25519PublicKey:

@@ -33,6 +33,8 @@ from audit.mirror import Mirror, MirrorError
 from audit.models import AuditCheckpoint, AuditEvent, AuditTreeNode, EventKind
 
 MAX_VALUE_CHARS = 1024
+MAX_KEY_CHARS = 100
+MAX_CONTAINER_CHARS = 16 * 1024
 SECRET_KEYS = frozenset(
     {"token", "password", "secret", "private_key", "authorization", "api_key", "enrollment_code", "key"}
 )
@@ -50,32 +52,54 @@ class AuditUnavailable(Exception):
 
 
 def sanitize(value: Any, *, secret_keys: Iterable[str] = ()) -> Any:
-    """Return `value` fit for the audit log: secrets redacted, long values replaced by a digest."""
+    """Return `value` fit for the audit log: secrets redacted, anything large replaced by its digest.
+
+    A string over MAX_VALUE_CHARS, a key over MAX_KEY_CHARS, and a list or object whose JSON is over
+    MAX_CONTAINER_CHARS become `{"sha256": ..., "length": ...}`, so one call can never write a large row.
+    """
     secrets = SECRET_KEYS | {key.lower() for key in secret_keys}
-    return _sanitize(value, secrets)
+    return _sanitize(value, secrets)[0]
 
 
-def _sanitize(value: Any, secrets: frozenset[str]) -> Any:
+def _sanitize(value: Any, secrets: frozenset[str]) -> tuple[Any, int]:
+    """The sanitized value and the length of its canonical JSON, computed bottom-up in one pass."""
     if isinstance(value, Mapping):
-        return {
-            str(key): REDACTED if str(key).lower() in secrets else _sanitize(item, secrets)
-            for key, item in value.items()
-        }
+        items, size = {}, 2
+        for key, item in value.items():
+            name = _key(str(key))
+            child, child_size = (REDACTED, 12) if str(key).lower() in secrets else _sanitize(item, secrets)
+            items[name] = child
+            size += len(json.dumps(name, ensure_ascii=False)) + 2 + child_size
+        return _bounded(items, size)
     if isinstance(value, list | tuple):
-        return [_sanitize(item, secrets) for item in value]
+        children = [_sanitize(item, secrets) for item in value]
+        return _bounded([child for child, _ in children], 2 + sum(size + 1 for _, size in children))
     if isinstance(value, str):
-        return _digest(value) if len(value) > MAX_VALUE_CHARS else value
+        return (_digest(value), 100) if len(value) > MAX_VALUE_CHARS else (value, len(value) + 2)
     if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
+        return str(value), 12
     if isinstance(value, bool | int | float) or value is None:
-        return value
+        return value, len(json.dumps(value))
     text = json.dumps(value, default=str)
-    return _digest(text) if len(text) > MAX_VALUE_CHARS else text
+    return (_digest(text) if len(text) > MAX_VALUE_CHARS else text), min(len(text), MAX_VALUE_CHARS) + 2
 
 
 def _digest(text: str) -> dict[str, Any]:
     data = text.encode()
     return {"sha256": hashlib.sha256(data).hexdigest(), "length": len(data)}
+
+
+def _key(key: str) -> str:
+    if len(key) <= MAX_KEY_CHARS:
+        return key
+    digest = _digest(key)
+    return f"[key sha256 {digest['sha256']} length {digest['length']}]"
+
+
+def _bounded(container: dict[str, Any] | list[Any], size: int) -> tuple[Any, int]:
+    if size <= MAX_CONTAINER_CHARS:
+        return container, size
+    return _digest(canonical_json(container)), 100
 
 
 def canonical_json(value: Any) -> str:

@@ -10,8 +10,11 @@ and its signature against the server's audit key.
 from __future__ import annotations
 
 import itertools
+import json
 from dataclasses import dataclass
 from pathlib import Path
+
+from django.db import connection, transaction
 
 from audit import keys, merkle
 from audit.checkpoint import CheckpointError, parse_and_verify
@@ -72,6 +75,17 @@ class RunningRoot:
 
 
 def verify_log(mirror_path: Path | None) -> Report:
+    """Check the log as one consistent snapshot of the database (and the mirror beside it)."""
+    outermost = not connection.in_atomic_block
+    with transaction.atomic():
+        if connection.vendor == "postgresql" and outermost:
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        # On SQLite the transaction holds the write lock (BEGIN IMMEDIATE): appends wait for the check.
+        return _verify_snapshot(mirror_path)
+
+
+def _verify_snapshot(mirror_path: Path | None) -> Report:
     checkpoints = {c.size: c for c in AuditCheckpoint.objects.all()}
     mirror_lines = Mirror(mirror_path).lines() if mirror_path is not None else None
     store = DatabaseNodeStore()
@@ -88,15 +102,31 @@ def verify_log(mirror_path: Path | None) -> Report:
             if event.seq in checkpoints:
                 roots[event.seq] = tree.root()
             expected_seq, prev_mac, count = event.seq + 1, event.mac, count + 1
+    if store.get_many([(0, count)]):
+        return Report(count, 0, Finding(count + 1, "the tree has a leaf for this event but the log has no row for it"))
     if mirror_lines is not None:
-        extra = next(mirror_lines, None)
-        if extra is not None:
-            return Report(count, 0, Finding(count + 1, f"the mirror has a line past the log's end (line {extra[0]})"))
+        # The database was read in one snapshot; the file was not. Lines past the snapshot's end belong
+        # to events committed since (or to one rolled back, which the next append cuts off): they must
+        # continue the chain with valid MACs, which only the server can make.
+        for number, raw in mirror_lines:
+            if not _continues_chain(raw, expected_seq, prev_mac):
+                stray = f"the mirror has a line past the log's end (line {number})"
+                return Report(count, 0, Finding(expected_seq, stray))
+            expected_seq, prev_mac = expected_seq + 1, json.loads(raw)["mac"]
     for size, checkpoint in sorted(checkpoints.items()):
         finding = _check_checkpoint(checkpoint, roots.get(size))
         if finding is not None:
             return Report(events=count, checkpoints=0, finding=finding)
     return Report(events=count, checkpoints=len(checkpoints), finding=None)
+
+
+def _continues_chain(raw: bytes, seq: int, prev_mac: str) -> bool:
+    try:
+        line = json.loads(raw)
+        body = {key: value for key, value in line.items() if key != "mac"}
+        return line["seq"] == seq and line["prev_mac"] == prev_mac and compute_mac(prev_mac, body) == line["mac"]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return False
 
 
 def _chunks(events):

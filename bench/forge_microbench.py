@@ -25,7 +25,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mcp_api.exchange import Exchange
+    from mcp_api.models import ClientToken, McpSession
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -78,28 +84,32 @@ def main() -> None:
         run(n)
 
 
-def run(n: int) -> None:
-    from channels.db import database_sync_to_async
-    from django.contrib.auth import get_user_model
-    from django.db import connection, transaction
+@dataclass(frozen=True)
+class ToolsCall:
+    """A ready ``tools/call server_info`` exchange on an initialized session of a fresh token."""
 
-    from audit.models import EventKind
-    from audit.services import record
+    raw: str
+    token: ClientToken
+    session: McpSession
+    body: bytes
+    exchange: Exchange
+
+
+def prepare_tools_call() -> ToolsCall:
+    """A user, a token, an open initialized session and the exchange that calls a tool on it (Django set up)."""
+    from django.contrib.auth import get_user_model
+
     from mcp_api import exchange as ex
-    from mcp_api import jsonrpc, services
+    from mcp_api import services
     from mcp_api.models import McpSession, Transport
-    from mcp_api.protocol import CallContext
-    from mcp_api.tools import REGISTRY, ensure_loaded
+    from mcp_api.tools import ensure_loaded
 
     ensure_loaded()
     owner = get_user_model().objects.create_user(username="bench")
     new = services.do_create_token(owner=owner, label="bench")
     raw, token = new.raw, new.token
-    with transaction.atomic():
-        session = services.do_open_session(token, transport=Transport.STREAMABLE_HTTP, protocol_version="2025-11-25")
+    session = services.do_open_session(token, transport=Transport.STREAMABLE_HTTP, protocol_version="2025-11-25")
     McpSession.objects.filter(pk=session.pk).update(initialized=True)
-    digest = services.token_digest(raw)
-    tool = REGISTRY["server_info"]
     body = json.dumps(
         {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "server_info", "arguments": {}}}
     ).encode()
@@ -111,6 +121,25 @@ def run(n: int) -> None:
         "mcp-session-id": session.id,
     }
     exchange = ex.Exchange(method="POST", path="/mcp", headers=headers, raw_headers=list(headers.items()), body=body)
+    return ToolsCall(raw=raw, token=token, session=session, body=body, exchange=exchange)
+
+
+def run(n: int) -> None:
+    from channels.db import database_sync_to_async
+    from django.db import connection, transaction
+
+    from audit.models import EventKind
+    from audit.services import record
+    from mcp_api import exchange as ex
+    from mcp_api import jsonrpc, services
+    from mcp_api.models import McpSession, Transport
+    from mcp_api.protocol import CallContext
+    from mcp_api.tools import REGISTRY
+
+    call = prepare_tools_call()
+    raw, token, session, body, exchange = call.raw, call.token, call.session, call.body, call.exchange
+    digest = services.token_digest(raw)
+    tool = REGISTRY["server_info"]
     ctx = CallContext(token=token, revision="2025-11-25", transport=Transport.STREAMABLE_HTTP, session=session)
     answer = ex.handle_streamable_post(exchange).body
     assert answer and "result" in answer and not answer["result"]["isError"], answer

@@ -2,7 +2,21 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.contrib import admin
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractUser, AnonymousUser
+
+OPERATORS_GROUP = "operators"
+
+
+def is_operator(user: AbstractUser | AnonymousUser) -> bool:
+    """Whether `user` is a console operator: an active superuser, or active staff in the operators group."""
+    if not user.is_active:
+        return False
+    return user.is_superuser or (user.is_staff and user.groups.filter(name=OPERATORS_GROUP).exists())
 
 
 class ReadOnlyModelAdmin(admin.ModelAdmin):

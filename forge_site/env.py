@@ -7,8 +7,10 @@ files under `$FORGE_DATA_DIR/secrets/` (mode 0600), created on first use and nev
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
+from collections.abc import Callable
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -64,26 +66,33 @@ def envlist(name: str) -> list[str]:
 
 
 def secret_file(directory: Path, name: str, nbytes: int = 32) -> str:
-    """Return the secret stored in `directory/name`, creating it (mode 0600) on first use.
+    """Return the secret stored in `directory/name`, creating it (mode 0600) on first use."""
+    return create_once(directory / name, lambda: (secrets.token_urlsafe(nbytes) + "\n").encode()).decode().strip()
 
-    The file is created with O_EXCL so that two processes starting at once agree on one value: the
-    loser of the race reads what the winner wrote.
+
+def create_once(path: Path, make: Callable[[], bytes]) -> bytes:
+    """The content of `path`, writing `make()` there first if it does not exist yet.
+
+    The content is written to a temporary file and linked into place, so a file at `path` is always
+    whole: when two processes start at once, the loser of the race reads what the winner wrote.
     """
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path = directory / name
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        value = path.read_text().strip()
-    else:
-        value = secrets.token_urlsafe(nbytes)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(value + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-    if not value:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not path.exists():
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(make())
+                handle.flush()
+                os.fsync(handle.fileno())
+            with contextlib.suppress(FileExistsError):
+                os.link(temporary, path)
+        finally:
+            temporary.unlink(missing_ok=True)
+    content = path.read_bytes()
+    if not content.strip():
         raise ImproperlyConfigured(f"secret file {path} is empty; delete it to have a new one made.")
-    return value
+    return content
 
 
 def envcadence(name: str, default: str) -> tuple[int, float]:

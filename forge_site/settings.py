@@ -17,7 +17,7 @@ from forge_site.env import envbool, envcadence, envfloat, envint, envlist, envst
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 FORGE_DATA_DIR = Path(envstr("FORGE_DATA_DIR", str(BASE_DIR / "var"))).resolve()
-FORGE_SECRETS_DIR = FORGE_DATA_DIR / "secrets"
+FORGE_SECRETS_DIR = Path(envstr("FORGE_SECRETS_DIR", str(FORGE_DATA_DIR / "secrets"))).resolve()
 FORGE_PROJECTS_ROOT = Path(envstr("FORGE_PROJECTS_ROOT", str(FORGE_DATA_DIR / "projects"))).resolve()
 FORGE_AUDIT_LOG = Path(envstr("FORGE_AUDIT_LOG", str(FORGE_DATA_DIR / "audit" / "audit.jsonl"))).resolve()
 FORGE_DATA_DIR.mkdir(parents=True, exist_ok=True)
@@ -129,8 +129,14 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LOGIN_URL = "/console/login/"
 
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
+    # The bearer class comes first: REST framework takes the WWW-Authenticate of the first class, and
+    # without one it answers a request that carries no credentials 403 instead of 401.
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "mcp_api.rest.BearerTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "EXCEPTION_HANDLER": "forge_site.rest.exception_handler",
 }
 
 # --- MCP ------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """HTTP routes served by Django (the MCP transports are routed in asgi.py)."""
 
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 from django.views.generic import RedirectView
 
 from forge_site import views
@@ -15,4 +15,5 @@ urlpatterns = [
     path("console/", admin.site.urls),
     path("healthz", views.healthz),
     path("readyz", views.readyz),
+    path("api/audit/", include("audit.urls")),
 ]

@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
 
-from audit.models import EventKind
-from audit.services import AuditUnavailable, record
+from audit.services import AuditUnavailable
 from mcp_api import jsonrpc, services
 from mcp_api.jsonrpc import (
     HEADER_MISMATCH,
@@ -149,10 +147,8 @@ def _authenticate(exchange: Exchange) -> ClientToken | Reply:
             "send 'Authorization: Bearer <token>' with a client token from the Forge console "
             "(or 'python manage.py create_token')."
         )
-    token = services.authenticate_token(raw)
+    token = services.authenticate_bearer(raw, exchange.path)
     if token is None:
-        with contextlib.suppress(AuditUnavailable):  # the refusal stands either way
-            record(EventKind.AUTH_REFUSED, arguments={"path": exchange.path}, outcome="bad_token")
         return unauthorized("this token is unknown, expired or revoked; ask an operator for a new one.")
     return token
 

@@ -6,6 +6,7 @@ Views, consumers, console actions and management commands call these; none of th
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import secrets
 from dataclasses import dataclass
@@ -18,7 +19,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit.models import EventKind
-from audit.services import record
+from audit.services import AuditUnavailable, record
+from forge_site.console import OPERATORS_GROUP
 from mcp_api import hotpath
 from mcp_api.models import ClientToken, McpSession, Transport, session_group, token_group
 
@@ -89,6 +91,15 @@ def authenticate_token(raw: str | None) -> ClientToken | None:
     return token
 
 
+def authenticate_bearer(raw: str, path: str) -> ClientToken | None:
+    """The usable token for a presented bearer value; a refused one is audited as an attempt."""
+    token = authenticate_token(raw)
+    if token is None:
+        with contextlib.suppress(AuditUnavailable):  # the refusal stands either way
+            record(EventKind.AUTH_REFUSED, arguments={"path": path}, outcome="bad_token")
+    return token
+
+
 def new_session_id() -> str:
     return secrets.token_urlsafe(24)
 
@@ -152,9 +163,6 @@ def notify_streams(group: str, event_type: str, **payload) -> None:
     layer = get_channel_layer()
     if layer is not None:
         async_to_sync(layer.group_send)(group, {"type": event_type, **payload})
-
-
-OPERATORS_GROUP = "operators"
 
 
 def do_create_operator(name: str, password: str, *, acting_user: str):

@@ -51,7 +51,13 @@ INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 @pytest.fixture(scope="module")
 def second_server(forge_server, tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("live-second")
-    env = {**forge_server.env, "FORGE_DATA_DIR": str(data_dir)}  # the same DATABASE_URL and REDIS_URL
+    # The same DATABASE_URL and REDIS_URL, and the same secrets (the audit keys sign one shared chain);
+    # its own data dir, so its own audit mirror.
+    env = {
+        **forge_server.env,
+        "FORGE_DATA_DIR": str(data_dir),
+        "FORGE_SECRETS_DIR": str(forge_server.data_dir / "secrets"),
+    }
     with run_server(env, forge_server.token, data_dir) as server:
         yield server
 
@@ -187,3 +193,19 @@ async def test_sdk_client_over_streamable_http_behind_a_round_robin_balancer(for
     assert first["session_id"] == second["session_id"]
     assert first["stateless"] is False
     assert_spread_over(balancer, forge_server, second_server)
+
+
+def test_each_process_mirrors_the_whole_shared_audit_chain_up_to_its_last_append(forge_server, second_server):
+    """Both processes append to one chain; right after its own append, each one's mirror holds all of it
+    (the other process's events included) and verifies."""
+    headers = {"Authorization": f"Bearer {forge_server.token}", "Accept": "application/json, text/event-stream"}
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    }
+    for server in (forge_server, second_server, forge_server):
+        assert httpx.post(server.mcp_url, json=initialize, headers=headers).status_code == 200
+        report = server.manage("audit_verify", "--jsonl", str(server.data_dir / "audit" / "audit.jsonl"))
+        assert report.strip().splitlines()[-1].startswith("ok ")
