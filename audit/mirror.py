@@ -46,7 +46,8 @@ class Mirror:
             if end > size:  # the last line lacks its newline (a crash mid-write): complete it
                 data = b"\n" + data
                 end = size
-            os.ftruncate(fd, end)
+            if end < size:
+                os.ftruncate(fd, end)
             os.lseek(fd, end, os.SEEK_SET)
             if os.write(fd, data) != len(data):
                 raise MirrorError(f"short write to the audit mirror {self.path}")

@@ -40,6 +40,7 @@ SECRET_KEYS = frozenset(
 )
 REDACTED = "[redacted]"
 GENESIS_MAC = "0" * 64
+EVENT_KINDS = frozenset(EventKind.values)
 CHAIN_LOCK_ID = 0x466F726765  # "Forge": the PostgreSQL advisory lock that serializes appends
 NODE_LEVEL_SHIFT = 48  # a tree node's key: level << 48 | index (2^48 events is far beyond any log)
 
@@ -175,7 +176,7 @@ def record(
     project: str = "",
 ) -> AuditEvent:
     """Append one audit event in the caller's transaction. Raises `AuditUnavailable` when it cannot."""
-    if kind not in EventKind.values:
+    if kind not in EVENT_KINDS:
         raise ValueError(f"{kind!r} is not an audit event kind; add it to EventKind")
     arguments_json = canonical_json(sanitize(dict(arguments or {}), secret_keys=secret_keys))
     try:
