@@ -143,6 +143,7 @@ def _audit_call(ctx: CallContext, tool: registry.Tool, arguments: dict[str, Any]
         called_by=ctx.called_by,
         session=ctx.session_id,
         client_label=ctx.token.label,
+        project=str(arguments.get("project", ""))[:100],
     )
 
 

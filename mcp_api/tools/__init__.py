@@ -208,4 +208,7 @@ def list_page(cursor: Any) -> dict[str, Any]:
 
 def ensure_loaded() -> None:
     """Import the modules that declare tools, so the registry is complete before the first call."""
-    from mcp_api.tools import server  # noqa: F401
+    # isort: off
+    from mcp_api.tools import server  # noqa: F401  (first: tools/list keeps registration order)
+    from mcp_api.tools import projects  # noqa: F401
+    # isort: on

@@ -1,0 +1,156 @@
+"""The project read tools (DESIGN 13): bounded reads of a registered project.
+
+Consent gates (the MCP switch and per-session grants) arrive with the console's access requests; until
+then a valid token may read every registered project.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from mcp_api.jsonrpc import INVALID_PARAMS, RpcError
+from mcp_api.protocol import CallContext
+from mcp_api.tools import Arguments, NoArguments, ToolError, tool
+from projects import plcopen, reads
+from projects.models import Project
+
+Limit = Field(default=plcopen.DEFAULT_LIMIT, ge=1, le=plcopen.MAX_LIMIT, description="At most this many items.")
+Cursor = Field(default=None, max_length=2000, description="The next_cursor of the previous page, to continue.")
+ProjectSlug = Field(max_length=100, description="The project's slug, from project.list.")
+
+
+class ProjectArguments(Arguments):
+    project: str = ProjectSlug
+
+
+class FindArguments(ProjectArguments):
+    text: str | None = Field(default=None, max_length=200, description="Substring of name, type or documentation.")
+    kind: Literal["pou", "variable", "type", "config", "resource", "task", "instance"] | None = None
+    type: str | None = Field(default=None, max_length=200, description="Exact declared type, POU type or base type.")
+    limit: int = Limit
+    cursor: str | None = Cursor
+
+
+class ElementArguments(ProjectArguments):
+    element_id: str = Field(max_length=500, description="A readable id such as pou/Main or pou/Main/var/Counter.")
+    body_limit: int = Field(default=plcopen.DEFAULT_BODY_LIMIT, ge=1, le=plcopen.MAX_BODY_LIMIT)
+    cursor: str | None = Cursor
+
+
+class VariablesArguments(ProjectArguments):
+    scope: str | None = Field(default=None, max_length=500, description="A POU, configuration or resource id.")
+    section: str | None = Field(default=None, max_length=40, description="inputVars, localVars, globalVars, ...")
+    limit: int = Limit
+    cursor: str | None = Cursor
+
+
+class PageArguments(ProjectArguments):
+    limit: int = Limit
+    offset: int = Field(default=0, ge=0, description="The next_offset of the previous answer, to continue.")
+
+
+class PlacementArguments(ProjectArguments):
+    topic: str = Field(min_length=1, max_length=300, description="What you want to place, e.g. 'conveyor speed'.")
+    limit: int = Field(default=10, ge=1, le=plcopen.MAX_LIMIT)
+
+
+class ExportArguments(ProjectArguments):
+    offset: int = Field(default=0, ge=0, description="The next_offset of the previous answer, to continue.")
+
+
+def _project(slug: str) -> Project:
+    project = Project.objects.filter(slug=slug.strip().lower()).first()
+    if project is None:
+        raise ToolError(
+            "FORGE_ERR_NOT_FOUND", f"There is no project {slug!r}. Call project.list for the projects you may read."
+        )
+    return project
+
+
+def _read(call, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """Run a read; a bad cursor or limit is the client's to fix (-32602), an unknown element a refusal."""
+    try:
+        return call(*args, **kwargs)
+    except plcopen.ElementNotFound as exc:
+        raise ToolError(
+            "FORGE_ERR_NOT_FOUND", f"{exc}. Use project.find or project.overview to see the element ids."
+        ) from None
+    except ValueError as exc:
+        raise RpcError(INVALID_PARAMS, f"Invalid params: {exc}.") from None
+
+
+@tool("project.list", title="List projects")
+def project_list(ctx: CallContext, args: NoArguments) -> dict[str, Any]:
+    """The projects you may ask for, by slug and name. Start here, then project.overview."""
+    return {"projects": [{"project": p.slug, "name": p.name} for p in Project.objects.order_by("slug")[:200]]}
+
+
+@tool("project.overview", title="Project overview", arguments=ProjectArguments)
+def project_overview(ctx: CallContext, args: ProjectArguments) -> dict[str, Any]:
+    """What a project holds: counts of POUs by type and language, data types, configurations, resources,
+    tasks, instances and variables, with its accepted revision."""
+    return _read(reads.overview, _project(args.project))
+
+
+@tool("project.find", title="Find elements", arguments=FindArguments)
+def project_find(ctx: CallContext, args: FindArguments) -> dict[str, Any]:
+    """Find POUs, variables, types, configurations, resources, tasks and instances by a name, type or
+    documentation substring (case-insensitive). Returns element ids for project.get_element; pages with
+    next_cursor."""
+    return _read(
+        reads.find,
+        _project(args.project),
+        text=args.text,
+        kind=args.kind,
+        type=args.type,
+        limit=args.limit,
+        cursor=args.cursor,
+    )
+
+
+@tool("project.get_element", title="Get an element", arguments=ElementArguments)
+def project_get_element(ctx: CallContext, args: ElementArguments) -> dict[str, Any]:
+    """One element by id: a POU with its interface and its ST/IL body (long bodies continue with
+    next_cursor), a variable, a task with its instances, or a data type."""
+    return _read(
+        reads.get_element, _project(args.project), args.element_id, body_limit=args.body_limit, cursor=args.cursor
+    )
+
+
+@tool("project.list_variables", title="List variables", arguments=VariablesArguments)
+def project_list_variables(ctx: CallContext, args: VariablesArguments) -> dict[str, Any]:
+    """Variables of a scope (a POU, configuration or resource id; all when omitted), optionally of one
+    section such as inputVars or globalVars. Pages with next_cursor."""
+    return _read(
+        reads.list_variables,
+        _project(args.project),
+        scope=args.scope,
+        section=args.section,
+        limit=args.limit,
+        cursor=args.cursor,
+    )
+
+
+@tool("project.check", title="Check a project", arguments=PageArguments)
+def project_check(ctx: CallContext, args: PageArguments) -> dict[str, Any]:
+    """Findings of the project (problems first, then advisories): invalid or duplicate names, unknown
+    types, bad initial values or addresses, undeclared or unused identifiers, programs without a task,
+    and schema errors. Pages with next_offset."""
+    return _read(reads.check, _project(args.project), limit=args.limit, offset=args.offset)
+
+
+@tool("project.export", title="Export a project", arguments=ExportArguments)
+def project_export(ctx: CallContext, args: ExportArguments) -> dict[str, Any]:
+    """The project's PLCopen XML, 32,000 characters at a time (continue with next_offset). Prefer the
+    bounded reads: a whole project can be large."""
+    return _read(reads.export, _project(args.project), offset=args.offset)
+
+
+@tool("project.suggest_placement", title="Suggest where something belongs", arguments=PlacementArguments)
+def project_suggest_placement(ctx: CallContext, args: PlacementArguments) -> dict[str, Any]:
+    """Rank the POUs, configurations and resources where something about a topic belongs, by their names,
+    documentation and the variables they declare; each POU names the task or resource instances it runs
+    in. Use before change_group.stage to pick a scope."""
+    return _read(reads.suggest_placement, _project(args.project), args.topic, limit=args.limit)

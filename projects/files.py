@@ -1,0 +1,46 @@
+"""Writing project files so that no reader ever sees half of one, and resolving paths inside the root."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+from django.conf import settings
+
+
+class PathOutsideRoot(ValueError):
+    """A project path that is not inside FORGE_PROJECTS_ROOT."""
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Temporary file beside the target, fsync, rename over it, fsync the folder: all or nothing."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    try:
+        with open(temporary, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+
+
+def inside_root(candidate: str | Path) -> Path:
+    """The absolute path of `candidate` (absolute, or relative to the root) if it lies inside the root."""
+    root = Path(settings.FORGE_PROJECTS_ROOT).resolve()
+    path = Path(candidate)
+    resolved = (path if path.is_absolute() else root / path).resolve()
+    if resolved != root and root not in resolved.parents:
+        raise PathOutsideRoot(f"{candidate} is not inside the projects root {root}; put the file there first.")
+    return resolved
+
+
+def relative_to_root(path: Path) -> str:
+    return str(path.relative_to(Path(settings.FORGE_PROJECTS_ROOT).resolve()))

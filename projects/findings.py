@@ -1,0 +1,775 @@
+"""Findings over a PLCopen TC6 2.01 project: the problems and advisories DESIGN section 7 lists, computed
+from the parsed XML tree alone (no Django, no database), each with a stable code, a severity, the
+element id of what it is about and a message a person can act on.
+
+`check(root)` walks the document with namespace-qualified XPath and reports, in a deterministic order
+(element id, then code): invalid or reserved identifiers, duplicate names in a scope, unknown types,
+initial values that are not valid for their type, malformed or duplicate located addresses, identifiers
+used in ST but not declared, unused local variables of ST POUs, and programs no task or resource runs.
+Schema validity is the caller's business: it validates against the XSD and adds `schema_invalid`
+findings itself (`Finding.of("schema_invalid", ...)`); this module only assumes the elements it reads
+are where the schema puts them, and skips what is missing rather than failing.
+
+Scopes and the choices behind them:
+* Names are compared case-insensitively. POU and data type names share one project-wide scope, which
+  also holds the standard function and function block names. A POU's variables (all sections), its
+  actions and transitions, and for a function its result share one scope; configuration globals,
+  resource globals, tasks and POU instances (task-bound and resource-level together) each have theirs.
+* Located addresses clash when they are identical after normalisation (`%I0.0` is `%IX0.0`);
+  overlapping sizes (`%MW0` and `%MX0.0`) are not compared. Declarations at configuration level
+  (configuration and resource globals, VAR_CONFIG) in different configurations never clash, as each
+  configuration is its own PLC; a POU's located variable is not tied to one configuration, so it is
+  compared with every other declaration in the project.
+* Globals are visible to every POU for the undeclared-identifier check: IEC asks for VAR_EXTERNAL,
+  many tools do not, and a false "undeclared" would cost more than the missed warning.
+* `unused_variable` only looks at POUs whose every body (actions and transitions included) is ST, since
+  graphical and IL bodies are not read; identifiers inside pragmas count as uses, because Beremiz C
+  pragmas reach variables through GetFbVar/SetFbVar.
+* Beremiz writes STRING initial values without quotes and adds them when generating code; an unquoted
+  value is checked as the quoted literal Beremiz would produce.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from lxml import etree
+
+from projects import iec
+
+NS = "http://www.plcopen.org/xml/tc6_0201"
+XHTML_NS = "http://www.w3.org/1999/xhtml"
+_X = {"p": NS}
+
+PROBLEM = "problem"
+ADVISORY = "advisory"
+SEVERITIES: MappingProxyType[str, str] = MappingProxyType(
+    {
+        "invalid_identifier": PROBLEM,
+        "reserved_identifier": PROBLEM,
+        "duplicate_name": PROBLEM,
+        "unknown_type": PROBLEM,
+        "bad_initial_value": PROBLEM,
+        "bad_address": PROBLEM,
+        "duplicate_address": PROBLEM,
+        "undeclared_identifier": PROBLEM,
+        "schema_invalid": PROBLEM,
+        "unused_variable": ADVISORY,
+        "program_not_instantiated": ADVISORY,
+    }
+)
+
+# Function blocks and types of the runtimes whose projects we edit, which their files use through
+# <derived> without defining them: matiec's additional FBs, Beremiz's runtime library (py_ext, logging)
+# and SVGHMI's HMI types. Pass known_types=() to check against IEC alone.
+LIBRARY_TYPES = frozenset(
+    [
+        *("RTC", "INTEGRAL", "DERIVATIVE", "PID", "RAMP", "HYSTERESIS"),
+        *("LOGGER", "LOGLEVEL", "python_eval", "python_poll", "python_gear"),
+        *("HMI_NODE", "HMI_BOOL", "HMI_INT", "HMI_REAL", "HMI_STRING"),
+    ]
+)
+
+_VAR_SECTIONS = (
+    "localVars",
+    "tempVars",
+    "inputVars",
+    "outputVars",
+    "inOutVars",
+    "externalVars",
+    "globalVars",
+    "accessVars",
+)
+_LOCAL_SECTIONS = ("localVars", "tempVars")
+# TC6 spells the string types in lower case and has only the short forms DT and TOD.
+_ELEMENTARY_ELEMENTS = frozenset(
+    t.name.lower() if t.kind in ("string", "wstring") else t.name for t in iec.ELEMENTARY_TYPES.values()
+)
+_POU_KINDS = {"function": "function", "functionBlock": "function block", "program": "program"}
+# Which elementary types fit each address size, as Beremiz maps them (plcopen LOCATIONDATATYPES).
+_SIZE_TYPES = {
+    "X": ("BOOL",),
+    "B": ("SINT", "USINT", "BYTE", "STRING"),
+    "W": ("INT", "UINT", "WORD", "WSTRING"),
+    "D": ("DINT", "UDINT", "REAL", "DWORD"),
+    "L": ("LINT", "ULINT", "LREAL", "LWORD"),
+}
+_TYPE_PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]*#")
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One finding: `code` is stable (see SEVERITIES), `severity` is "problem" or "advisory"."""
+
+    code: str
+    severity: str
+    element_id: str
+    message: str
+
+    @classmethod
+    def of(cls, code: str, element_id: str, message: str) -> Finding:
+        return cls(code, SEVERITIES[code], element_id, message)
+
+    def to_dict(self) -> dict[str, str]:
+        return {"code": self.code, "severity": self.severity, "element_id": self.element_id, "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class _Located:
+    address: str
+    element_id: str
+    configuration: str | None  # casefolded configuration name, None for a POU's own declaration
+
+
+@dataclass
+class _Project:
+    """What the checks look names up in, built once per document (keys are casefolded)."""
+
+    data_types: dict[str, etree._Element]
+    pous: dict[str, etree._Element]
+    library_types: frozenset[str]
+    enum_values: frozenset[str]
+    global_names: frozenset[str]
+    findings: list[Finding] = field(default_factory=list)
+    located: list[_Located] = field(default_factory=list)
+
+    def report(self, code: str, element_id: str, message: str) -> None:
+        self.findings.append(Finding.of(code, element_id, message))
+
+    def type_problem(self, name: str) -> str | None:
+        key = name.casefold()
+        if (
+            key in self.data_types
+            or key in self.library_types
+            or name.upper() in iec.STANDARD_FUNCTION_BLOCKS
+            or iec.elementary_type(name) is not None
+        ):
+            return None
+        pou = self.pous.get(key)
+        if pou is None:
+            return f"'{name}' is neither a data type nor a function block of this project, nor a standard or library function block"
+        if pou.get("pouType") == "functionBlock":
+            return None
+        return f"'{name}' is a {_POU_KINDS.get(pou.get('pouType', ''), 'POU')}, which cannot be used as a type"
+
+
+def check(root: etree._Element, *, known_types: Iterable[str] = LIBRARY_TYPES) -> list[Finding]:
+    """All findings for the TC6 2.01 project `root`, sorted by element id then code. `known_types` names
+    library types and function blocks the project may use without defining them. Schema validity is not
+    checked here: the caller validates against the XSD and reports `schema_invalid` itself."""
+    if root.tag != f"{{{NS}}}project":
+        raise ValueError("not a PLCopen TC6 2.01 project element")
+    project = _index(root, known_types)
+    _check_global_names(root, project)
+    for data_type in _xpath(root, "p:types/p:dataTypes/p:dataType"):
+        _check_data_type(data_type, project)
+    for pou in _xpath(root, "p:types/p:pous/p:pou"):
+        _check_pou(pou, project)
+    configurations = _xpath(root, "p:instances/p:configurations/p:configuration")
+    for configuration in configurations:
+        _check_configuration(configuration, project)
+    _check_unique(
+        project, ((_name(c), f"config/{_name(c)}", "configuration") for c in configurations), "in this project"
+    )
+    _check_duplicate_addresses(project)
+    _check_instantiation(root, project)
+    unique = set(project.findings)
+    return sorted(unique, key=lambda f: (f.element_id.casefold(), f.code, f.element_id, f.message))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Reading the tree
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _xpath(element: etree._Element, path: str) -> list[Any]:
+    """Elements or attribute strings, as the path selects."""
+    return element.xpath(path, namespaces=_X)
+
+
+def _q(tag: str) -> str:
+    return f"{{{NS}}}{tag}"
+
+
+def _local(element: etree._Element) -> str:
+    return etree.QName(element).localname
+
+
+def _content(element: etree._Element | None) -> etree._Element | None:
+    """The single child element of a `type`, `baseType`, `initialValue` or array/struct `value`."""
+    if element is None:
+        return None
+    return next((child for child in element if isinstance(child.tag, str)), None)
+
+
+def _name(element: etree._Element) -> str:
+    return element.get("name", "")
+
+
+def _sections(interface: etree._Element | None) -> Iterator[tuple[str, etree._Element]]:
+    """(section name, variable) for each variable of a POU interface, in document order."""
+    if interface is None:
+        return
+    for section in interface:
+        if isinstance(section.tag, str) and _local(section) in _VAR_SECTIONS:
+            for variable in section.iterchildren(_q("variable")):
+                yield _local(section), variable
+
+
+def _index(root: etree._Element, known_types: Iterable[str]) -> _Project:
+    data_types: dict[str, etree._Element] = {}
+    for data_type in _xpath(root, "p:types/p:dataTypes/p:dataType"):
+        data_types.setdefault(_name(data_type).casefold(), data_type)
+    pous: dict[str, etree._Element] = {}
+    for pou in _xpath(root, "p:types/p:pous/p:pou"):
+        pous.setdefault(_name(pou).casefold(), pou)
+    enum_values = _xpath(root, "p:types//p:enum/p:values/p:value/@name")
+    globals_ = _xpath(root, "p:instances/p:configurations/p:configuration//p:globalVars/p:variable/@name")
+    return _Project(
+        data_types=data_types,
+        pous=pous,
+        library_types=frozenset(name.casefold() for name in known_types),
+        enum_values=frozenset(str(v).casefold() for v in enum_values),
+        global_names=frozenset(str(v).casefold() for v in globals_),
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Names
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _check_identifier(project: _Project, name: str, element_id: str, what: str) -> None:
+    """`what` completes "cannot name ...": "a variable", "a member of data type 'Motor'"."""
+    if not iec.is_identifier(name):
+        project.report(
+            "invalid_identifier",
+            element_id,
+            f"'{name}' is not a valid IEC identifier and cannot name {what}: use letters, digits and single "
+            "underscores, starting with a letter or underscore and not ending with an underscore.",
+        )
+    elif iec.is_reserved(name):
+        project.report(
+            "reserved_identifier",
+            element_id,
+            f"'{name}' is a reserved word of IEC 61131-3 and cannot name {what}; choose another name.",
+        )
+
+
+def _check_unique(project: _Project, entries: Iterable[tuple[str, str, str]], scope: str) -> None:
+    """Report each (name, element id, what) whose name an earlier entry already uses."""
+    seen: dict[str, tuple[str, str]] = {}
+    for name, element_id, what in entries:
+        if not name:
+            continue
+        earlier = seen.get(name.casefold())
+        if earlier is None:
+            seen[name.casefold()] = (name, what)
+            continue
+        project.report(
+            "duplicate_name",
+            element_id,
+            f"{_capital(what)} '{name}' has the same name as {earlier[1]} '{earlier[0]}' {scope}; "
+            "IEC names are case-insensitive.",
+        )
+
+
+def _check_global_names(root: etree._Element, project: _Project) -> None:
+    entries: list[tuple[str, str, str]] = []
+    for data_type in _xpath(root, "p:types/p:dataTypes/p:dataType"):
+        entries.append((_name(data_type), f"type/{_name(data_type)}", "data type"))
+    for pou in _xpath(root, "p:types/p:pous/p:pou"):
+        entries.append((_name(pou), f"pou/{_name(pou)}", _POU_KINDS.get(pou.get("pouType", ""), "POU")))
+    _check_unique(project, entries, "in this project")
+    for name, element_id, what in entries:
+        upper = name.upper()
+        if upper in iec.STANDARD_FUNCTION_BLOCKS or upper in iec.STANDARD_FUNCTIONS:
+            kind = "function block" if upper in iec.STANDARD_FUNCTION_BLOCKS else "function"
+            project.report(
+                "duplicate_name",
+                element_id,
+                f"{_capital(what)} '{name}' has the name of the standard {kind} {upper}; choose another name.",
+            )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Types and values
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _check_type_refs(project: _Project, type_element: etree._Element | None, element_id: str, subject: str) -> None:
+    if type_element is None:
+        return
+    for derived in type_element.iter(_q("derived")):
+        problem = project.type_problem(_name(derived))
+        if problem:
+            project.report("unknown_type", element_id, f"The type of {subject} is unknown: {problem}.")
+
+
+def _elementary_name(
+    project: _Project, content: etree._Element | None, seen: frozenset[str] = frozenset()
+) -> str | None:
+    """The elementary type a type element denotes, following aliases (`TYPE Speed : INT`)."""
+    if content is None:
+        return None
+    kind = _local(content)
+    if kind in _ELEMENTARY_ELEMENTS:
+        return kind.upper()
+    if kind == "derived":
+        key = _name(content).casefold()
+        data_type = project.data_types.get(key)
+        if data_type is not None and key not in seen:
+            return _elementary_name(project, _content(data_type.find(_q("baseType"))), seen | {key})
+    return None
+
+
+def _as_string_literal(text: str, *, wide: bool) -> str:
+    quote = '"' if wide else "'"
+    if text.startswith(quote) or re.match(r"(?i)w?string#", text):
+        return text
+    return quote + text + quote
+
+
+def _value_problem(
+    project: _Project,
+    content: etree._Element | None,
+    value: etree._Element | None,
+    *,
+    type_name: str | None = None,
+    seen: frozenset[str] = frozenset(),
+) -> str | None:
+    """Why `value` (a simpleValue, arrayValue or structValue) does not fit the type element `content`,
+    or None. Types this module cannot see into (function blocks, unknown names, pointers) pass."""
+    if content is None or value is None:
+        return None
+    kind, value_kind = _local(content), _local(value)
+    if kind in _ELEMENTARY_ELEMENTS:
+        type_label = kind.upper()
+        if value_kind != "simpleValue":
+            return f"a {type_label} takes a single value, not a list or a structure."
+        text = value.get("value", "")
+        if kind in ("string", "wstring"):
+            length = content.get("length", "").strip()
+            declared = int(length) if length.isdigit() else None
+            return iec.check_literal(kind, _as_string_literal(text.strip(), wide=kind == "wstring"), declared)
+        return iec.check_literal(kind, text)
+    if kind == "derived":
+        key = _name(content).casefold()
+        data_type = project.data_types.get(key)
+        if data_type is None or key in seen:
+            return None
+        base = _content(data_type.find(_q("baseType")))
+        return _value_problem(project, base, value, type_name=_name(data_type), seen=seen | {key})
+    if kind == "enum":
+        return _enum_value_problem(content, value, type_name)
+    if kind in ("subrangeSigned", "subrangeUnsigned"):
+        return _subrange_value_problem(project, content, value)
+    if kind == "array":
+        return _array_value_problem(project, content, value)
+    if kind == "struct":
+        return _struct_value_problem(project, content, value)
+    return None
+
+
+def _enum_value_problem(content: etree._Element, value: etree._Element, type_name: str | None) -> str | None:
+    if _local(value) != "simpleValue":
+        return "an enumeration takes a single value name."
+    names = [str(n) for n in _xpath(content, "p:values/p:value/@name")]
+    text = value.get("value", "").strip()
+    prefix, _, member = text.rpartition("#")
+    if prefix and type_name and prefix.casefold() != type_name.casefold():
+        return f"'{text}' names the enumeration {prefix}, but the type is {type_name}."
+    if member.casefold() not in {n.casefold() for n in names}:
+        return f"'{member}' is not a value of the enumeration; use one of {', '.join(names)}."
+    return None
+
+
+def _subrange_value_problem(project: _Project, content: etree._Element, value: etree._Element) -> str | None:
+    base = _elementary_name(project, _content(content.find(_q("baseType"))))
+    if base is None or iec.elementary_type(base) is None or _local(value) != "simpleValue":
+        return None
+    text = value.get("value", "").strip()
+    problem = iec.check_literal(base, text)
+    if problem:
+        return problem
+    number = iec.parse_integer_literal(_TYPE_PREFIX.sub("", text, count=1))
+    bounds = content.find(_q("range"))
+    if number is None or bounds is None:
+        return None
+    lower = iec.parse_integer_literal(bounds.get("lower", "").strip())
+    upper = iec.parse_integer_literal(bounds.get("upper", "").strip())
+    if lower is not None and upper is not None and not lower <= number <= upper:
+        return f"'{text}' is outside the subrange {lower}..{upper}."
+    return None
+
+
+def _array_value_problem(project: _Project, content: etree._Element, value: etree._Element) -> str | None:
+    # A simpleValue for an array is some tools' text form ("[1, 2]"); only arrayValue is read.
+    if _local(value) != "arrayValue":
+        return None
+    base = _content(content.find(_q("baseType")))
+    total = 0
+    for position, item in enumerate(value.iterchildren(_q("value")), start=1):
+        repetitions = item.get("repetitionValue", "1").strip()
+        count = iec.parse_integer_literal(repetitions)
+        if count is None or count < 0:
+            return f"element {position} has the repetition count '{repetitions}', which is not a whole number."
+        total += count
+        problem = _value_problem(project, base, _content(item))
+        if problem:
+            return f"element {position}: {problem}"
+    capacity = _array_capacity(content)
+    if capacity is not None and total > capacity:
+        return f"it lists {total} values for an array of {capacity} elements."
+    return None
+
+
+def _array_capacity(content: etree._Element) -> int | None:
+    sizes = []
+    for dimension in content.iterchildren(_q("dimension")):
+        lower = iec.parse_integer_literal(dimension.get("lower", "").strip())
+        upper = iec.parse_integer_literal(dimension.get("upper", "").strip())
+        if lower is None or upper is None:
+            return None
+        sizes.append(max(upper - lower + 1, 0))
+    return math.prod(sizes) if sizes else None
+
+
+def _struct_value_problem(project: _Project, content: etree._Element, value: etree._Element) -> str | None:
+    if _local(value) != "structValue":
+        return None
+    members = {_name(v).casefold(): v for v in content.iterchildren(_q("variable"))}
+    for item in value.iterchildren(_q("value")):
+        member_name = item.get("member", "")
+        member = members.get(member_name.casefold())
+        if member is None:
+            return f"'{member_name}' is not a member of the structure."
+        problem = _value_problem(project, _content(member.find(_q("type"))), _content(item))
+        if problem:
+            return f"member {member_name}: {problem}"
+    return None
+
+
+def _check_initial_value(project: _Project, variable: etree._Element, element_id: str, subject: str) -> None:
+    initial = variable.find(_q("initialValue"))
+    if initial is None:
+        return
+    problem = _value_problem(project, _content(variable.find(_q("type"))), _content(initial))
+    if problem:
+        project.report("bad_initial_value", element_id, f"The initial value of {subject} is not valid: {problem}")
+
+
+def _check_address(
+    project: _Project,
+    variable: etree._Element,
+    element_id: str,
+    subject: str,
+    *,
+    configuration: str | None,
+    compare: bool = True,
+) -> None:
+    text = variable.get("address")
+    if text is None:
+        return
+    parsed = iec.parse_address(text)
+    if isinstance(parsed, str):
+        project.report("bad_address", element_id, f"The address of {subject} is malformed: {parsed}.")
+        return
+    elementary = _elementary_name(project, _content(variable.find(_q("type"))))
+    if parsed.size and elementary and elementary not in _SIZE_TYPES[parsed.size]:
+        bits = iec.ADDRESS_SIZES[parsed.size]
+        project.report(
+            "bad_address",
+            element_id,
+            f"{_capital(subject)} is a {elementary} located at {text}, a {bits}-bit location for "
+            f"{', '.join(_SIZE_TYPES[parsed.size])}; use an address whose size fits the type.",
+        )
+    if compare and not parsed.incomplete:
+        canonical = str(iec.Address(parsed.area, parsed.size or "X", parsed.path))
+        project.located.append(_Located(canonical, element_id, configuration))
+
+
+def _check_duplicate_addresses(project: _Project) -> None:
+    by_address: dict[str, list[_Located]] = {}
+    for entry in project.located:
+        earlier = by_address.setdefault(entry.address, [])
+        clash = next(
+            (
+                other
+                for other in earlier
+                if not (other.configuration and entry.configuration and other.configuration != entry.configuration)
+            ),
+            None,
+        )
+        if clash is not None:
+            project.report(
+                "duplicate_address",
+                entry.element_id,
+                f"The address {entry.address} is already declared by {clash.element_id}; two variables at one "
+                "location overwrite each other.",
+            )
+        earlier.append(entry)
+
+
+def _check_variable(
+    project: _Project,
+    variable: etree._Element,
+    element_id: str,
+    subject: str,
+    *,
+    configuration: str | None,
+    name_allowed: bool = False,
+) -> None:
+    if not name_allowed:
+        _check_identifier(project, _name(variable), element_id, "a variable")
+    _check_type_refs(project, variable.find(_q("type")), element_id, subject)
+    _check_initial_value(project, variable, element_id, subject)
+    _check_address(project, variable, element_id, subject, configuration=configuration)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Data types
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _check_data_type(data_type: etree._Element, project: _Project) -> None:
+    name = _name(data_type)
+    element_id = f"type/{name}"
+    _check_identifier(project, name, element_id, "a data type")
+    base_type = data_type.find(_q("baseType"))
+    base = _content(base_type)
+    if base_type is not None:
+        for derived in base_type.iter(_q("derived")):
+            problem = project.type_problem(_name(derived))
+            if problem:
+                member = next(derived.iterancestors(_q("variable")), None)
+                subject = (
+                    f"member '{_name(member)}' of data type '{name}'" if member is not None else f"data type '{name}'"
+                )
+                project.report("unknown_type", element_id, f"The type of {subject} is unknown: {problem}.")
+    initial = data_type.find(_q("initialValue"))
+    if initial is not None:
+        problem = _value_problem(project, base, _content(initial), type_name=name)
+        if problem:
+            project.report(
+                "bad_initial_value", element_id, f"The initial value of data type '{name}' is not valid: {problem}"
+            )
+    if base is None:
+        return
+    if _local(base) == "struct":
+        members = list(base.iterchildren(_q("variable")))
+        for member in members:
+            subject = f"member '{_name(member)}' of data type '{name}'"
+            _check_identifier(project, _name(member), element_id, f"a member of data type '{name}'")
+            _check_initial_value(project, member, element_id, subject)
+            # A member's address is relative to where the structure is located, so it takes no part in
+            # duplicate detection.
+            _check_address(project, member, element_id, subject, configuration=None, compare=False)
+        _check_unique(project, ((_name(m), element_id, "member") for m in members), f"in structure '{name}'")
+    elif _local(base) == "enum":
+        values = [str(v) for v in _xpath(base, "p:values/p:value/@name")]
+        for value in values:
+            _check_identifier(project, value, element_id, f"a value of enumeration '{name}'")
+        _check_unique(project, ((v, element_id, "value") for v in values), f"in enumeration '{name}'")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# POUs
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _check_pou(pou: etree._Element, project: _Project) -> None:
+    name = _name(pou)
+    pou_id = f"pou/{name}"
+    kind = _POU_KINDS.get(pou.get("pouType", ""), "POU")
+    _check_identifier(project, name, pou_id, f"a {kind}")
+    interface = pou.find(_q("interface"))
+    if interface is not None:
+        _check_type_refs(project, interface.find(_q("returnType")), pou_id, f"the result of function '{name}'")
+    scope: list[tuple[str, str, str]] = []
+    if pou.get("pouType") == "function":
+        scope.append((name, pou_id, "the function result"))
+    for section, variable in _sections(interface):
+        var_name = _name(variable)
+        element_id = f"{pou_id}/var/{var_name}"
+        # IEC lets a POU declare EN as a BOOL input and ENO as a BOOL output explicitly.
+        explicit_en_eno = (section, var_name.upper()) in (("inputVars", "EN"), ("outputVars", "ENO"))
+        _check_variable(
+            project,
+            variable,
+            element_id,
+            f"variable '{var_name}' of {kind} '{name}'",
+            configuration=None,
+            name_allowed=explicit_en_eno,
+        )
+        scope.append((var_name, element_id, "variable"))
+    for part in ("action", "transition"):
+        for element in _xpath(pou, f"p:{part}s/p:{part}"):
+            _check_identifier(project, _name(element), pou_id, f"an {part} of {kind} '{name}'")
+            scope.append((_name(element), pou_id, part))
+    _check_unique(project, scope, f"in {kind} '{name}'")
+    _check_st(pou, project)
+
+
+def _st_sources(pou: etree._Element) -> Iterator[tuple[str, str]]:
+    """(where, code) for each ST text of a POU: its bodies, actions, transitions and SFC inline code."""
+    for st in _xpath(pou, ".//p:ST[not(ancestor::p:addData)]"):
+        holder = st.getparent().getparent()
+        if _local(st.getparent()) == "inline":
+            where = "an SFC transition condition" if _local(holder) == "condition" else "an SFC action block"
+        elif _local(holder) in ("action", "transition"):
+            where = f"{_local(holder)} '{_name(holder)}'"
+        else:
+            where = "the body"
+        xhtml = next(
+            (child for child in st if isinstance(child.tag, str) and etree.QName(child).namespace == XHTML_NS), None
+        )
+        yield where, "".join((xhtml if xhtml is not None else st).itertext())
+
+
+def _check_st(pou: etree._Element, project: _Project) -> None:
+    name = _name(pou)
+    interface = pou.find(_q("interface"))
+    variables = list(_sections(interface))
+    known = (
+        {_name(v).casefold() for _, v in variables}
+        | project.global_names
+        | project.pous.keys()
+        | project.data_types.keys()
+        | project.enum_values
+        | project.library_types
+        | {n.casefold() for n in iec.STANDARD_FUNCTION_BLOCKS}
+        | {str(n).casefold() for n in _xpath(pou, "p:actions/p:action/@name | p:transitions/p:transition/@name")}
+        | {str(n).casefold() for n in _xpath(pou, ".//p:step/@name | .//p:macroStep/@name")}
+    )
+    used: set[str] = set()
+    reported: set[str] = set()
+    for where, code in _st_sources(pou):
+        for lexeme in iec.lex_st(code):
+            if lexeme.kind == "pragma":
+                used.update(word.casefold() for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", lexeme.text))
+        for token in iec.tokenize_st(code):
+            if token.keyword or token.member or token.formal:
+                continue
+            key = token.text.casefold()
+            used.add(key)
+            if key in known or key in reported or iec.is_standard_function(token.text):
+                continue
+            reported.add(key)
+            project.report(
+                "undeclared_identifier",
+                f"pou/{name}",
+                f"'{token.text}' is used in {where} of {_POU_KINDS.get(pou.get('pouType', ''), 'POU')} '{name}' "
+                f"(line {token.line}) but is not declared as a variable, external, POU, type or enumeration value.",
+            )
+    bodies = _xpath(pou, "p:body | p:actions/p:action/p:body | p:transitions/p:transition/p:body")
+    if not bodies or any(_local(_content(b)) != "ST" for b in bodies if _content(b) is not None):
+        return
+    for section, variable in variables:
+        var_name = _name(variable)
+        if section in _LOCAL_SECTIONS and var_name and var_name.casefold() not in used:
+            project.report(
+                "unused_variable",
+                f"pou/{name}/var/{var_name}",
+                f"Local variable '{var_name}' of '{name}' is never used in its ST code; remove it or use it.",
+            )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Configurations
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _check_globals(project: _Project, owner: etree._Element, owner_id: str, label: str, configuration: str) -> None:
+    scope: list[tuple[str, str, str]] = []
+    for variable in _xpath(owner, "p:globalVars/p:variable"):
+        var_name = _name(variable)
+        element_id = f"{owner_id}/var/{var_name}"
+        _check_variable(project, variable, element_id, f"global '{var_name}' of {label}", configuration=configuration)
+        scope.append((var_name, element_id, "global"))
+    _check_unique(project, scope, f"in {label}")
+
+
+def _check_instance(project: _Project, instance: etree._Element, element_id: str) -> None:
+    _check_identifier(project, _name(instance), element_id, "a POU instance")
+    type_name = instance.get("typeName")
+    if type_name is None:
+        return
+    pou = project.pous.get(type_name.casefold())
+    if pou is None:
+        project.report(
+            "unknown_type",
+            element_id,
+            f"POU instance '{_name(instance)}' runs '{type_name}', which is not a program of this project.",
+        )
+    elif pou.get("pouType") != "program":
+        project.report(
+            "unknown_type",
+            element_id,
+            f"POU instance '{_name(instance)}' runs '{type_name}', a {_POU_KINDS.get(pou.get('pouType', ''), 'POU')}; "
+            "only programs can be instantiated in a resource or task.",
+        )
+
+
+def _check_configuration(configuration: etree._Element, project: _Project) -> None:
+    config_name = _name(configuration)
+    config_id = f"config/{config_name}"
+    config_key = config_name.casefold()
+    _check_identifier(project, config_name, config_id, "a configuration")
+    resources: list[tuple[str, str, str]] = []
+    for resource in configuration.iterchildren(_q("resource")):
+        resource_name = _name(resource)
+        resource_id = f"{config_id}/resource/{resource_name}"
+        resources.append((resource_name, resource_id, "resource"))
+        _check_identifier(project, resource_name, resource_id, "a resource")
+        label = f"resource '{resource_name}'"
+        _check_globals(project, resource, resource_id, label, config_key)
+        tasks: list[tuple[str, str, str]] = []
+        instances: list[tuple[str, str, str]] = []
+        for task in resource.iterchildren(_q("task")):
+            task_id = f"{resource_id}/task/{_name(task)}"
+            tasks.append((_name(task), task_id, "task"))
+            _check_identifier(project, _name(task), task_id, "a task")
+            for instance in task.iterchildren(_q("pouInstance")):
+                instance_id = f"{task_id}/instance/{_name(instance)}"
+                instances.append((_name(instance), instance_id, "POU instance"))
+                _check_instance(project, instance, instance_id)
+        for instance in resource.iterchildren(_q("pouInstance")):
+            instance_id = f"{resource_id}/instance/{_name(instance)}"
+            instances.append((_name(instance), instance_id, "POU instance"))
+            _check_instance(project, instance, instance_id)
+        _check_unique(project, tasks, f"in {label}")
+        _check_unique(project, instances, f"in {label}")
+    _check_unique(project, resources, f"in configuration '{config_name}'")
+    # After the resources, as in the document, so the later of two clashing declarations is the one reported.
+    _check_globals(project, configuration, config_id, f"configuration '{config_name}'", config_key)
+    for variable in _xpath(configuration, "p:configVars/p:configVariable"):
+        subject = f"configuration variable '{variable.get('instancePathAndName', '')}'"
+        _check_type_refs(project, variable.find(_q("type")), config_id, subject)
+        _check_initial_value(project, variable, config_id, subject)
+        _check_address(project, variable, config_id, subject, configuration=config_key)
+    for variable in _xpath(configuration, "p:accessVars/p:accessVariable"):
+        _check_type_refs(
+            project, variable.find(_q("type")), config_id, f"access variable '{variable.get('alias', '')}'"
+        )
+
+
+def _check_instantiation(root: etree._Element, project: _Project) -> None:
+    instantiated = {str(t).casefold() for t in _xpath(root, "p:instances//p:pouInstance/@typeName")}
+    for pou in _xpath(root, "p:types/p:pous/p:pou[@pouType='program']"):
+        if _name(pou).casefold() not in instantiated:
+            project.report(
+                "program_not_instantiated",
+                f"pou/{_name(pou)}",
+                f"Program '{_name(pou)}' is not instantiated by any task or resource, so it never runs; add a POU "
+                "instance of it to a task.",
+            )

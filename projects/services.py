@@ -1,0 +1,159 @@
+"""Registering projects and reading their files, each state change in one transactional function.
+
+The file is the source of truth that other tools also edit. Before every read (and later every write)
+`current_document` compares the file's fingerprint with the recorded one; a difference is an external
+change: it becomes a new accepted revision and an `external_change` audit event. Parsed documents are
+cached per process by fingerprint, so a read of an unchanged file does not parse it again.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.db import transaction
+from django.utils import timezone
+
+from audit.models import EventKind
+from audit.services import record
+from projects import plcopen
+from projects.files import inside_root, relative_to_root, write_atomically
+from projects.models import Project
+
+CACHE_SIZE = 8
+
+
+class ProjectRefused(ValueError):
+    """A file that cannot be registered, with a message that says what is wrong and what to do."""
+
+
+@dataclass(frozen=True)
+class Opened:
+    project: Project
+    document: plcopen.ProjectDocument
+
+
+def checked_document(data: bytes) -> plcopen.ProjectDocument:
+    """Parse and schema-check a project file; refuse it naming the first schema error's line."""
+    try:
+        document = plcopen.load(data)
+    except plcopen.ProjectFormatError as exc:
+        raise ProjectRefused(f"not a PLCopen TC6 2.01 project: {exc}") from None
+    errors = plcopen.validate(document)
+    if errors:
+        first = errors[0]
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise ProjectRefused(
+            f"the file is not valid against the TC6 2.01 schema: line {first.line}: {first.message}{more}. "
+            "Fix it in the engineering tool and export it again."
+        )
+    return document
+
+
+def do_import_project(data: bytes, *, slug: str, name: str = "", acting_user: str) -> Project:
+    """Copy a project file under FORGE_PROJECTS_ROOT as `<slug>.xml` and register it."""
+    document = checked_document(data)
+    if Project.objects.filter(slug=slug).exists():
+        raise ProjectRefused(f"a project with the slug {slug!r} exists already; choose another slug.")
+    path = inside_root(f"{slug}.xml")
+    if path.exists():
+        raise ProjectRefused(f"{path} exists already; bind it instead, or choose another slug.")
+    name = name or _project_name(document) or slug
+    with transaction.atomic():
+        project = _register(slug, name, path, data, acting_user, how="import")
+        write_atomically(path, data)
+    return project
+
+
+def do_bind_project(path: str | Path, *, slug: str, name: str = "", acting_user: str) -> Project:
+    """Register a project file that already lies inside FORGE_PROJECTS_ROOT, where it stays."""
+    resolved = inside_root(path)
+    try:
+        data = resolved.read_bytes()
+    except OSError as exc:
+        raise ProjectRefused(f"cannot read {resolved}: {exc.strerror}") from None
+    document = checked_document(data)
+    if Project.objects.filter(slug=slug).exists():
+        raise ProjectRefused(f"a project with the slug {slug!r} exists already; choose another slug.")
+    if Project.objects.filter(path=relative_to_root(resolved)).exists():
+        raise ProjectRefused(f"{resolved} is registered already.")
+    with transaction.atomic():
+        return _register(slug, name or _project_name(document) or slug, resolved, data, acting_user, how="bind")
+
+
+def _register(slug: str, name: str, path: Path, data: bytes, acting_user: str, *, how: str) -> Project:
+    project = Project.objects.create(
+        slug=slug, name=name, path=relative_to_root(path), fingerprint=plcopen.fingerprint(data)
+    )
+    record(
+        EventKind.PROJECT_REGISTERED,
+        arguments={"how": how, "path": project.path, "fingerprint": project.fingerprint},
+        outcome="registered",
+        called_by=acting_user,
+        project=slug,
+    )
+    return project
+
+
+def _project_name(document: plcopen.ProjectDocument) -> str:
+    header = document.root.find(plcopen.q("contentHeader"))
+    return header.get("name", "") if header is not None else ""
+
+
+def project_path(project: Project) -> Path:
+    return inside_root(project.path)
+
+
+def current_document(project: Project) -> Opened:
+    """The project as its file is now; an external change is recorded first (new accepted revision)."""
+    data = project_path(project).read_bytes()
+    fingerprint = plcopen.fingerprint(data)
+    if fingerprint != project.fingerprint:
+        project = do_record_external_change(project, fingerprint)
+    return Opened(project=project, document=_cached(fingerprint, data))
+
+
+def do_record_external_change(project: Project, fingerprint: str) -> Project:
+    with transaction.atomic():
+        locked = Project.objects.select_for_update().get(pk=project.pk)
+        if locked.fingerprint == fingerprint:
+            return locked  # another request recorded it first
+        previous = locked.fingerprint
+        locked.fingerprint = fingerprint
+        locked.accepted_revision += 1
+        locked.updated_at = timezone.now()
+        locked.save(update_fields=["fingerprint", "accepted_revision", "updated_at"])
+        record(
+            EventKind.EXTERNAL_CHANGE,
+            arguments={"previous": previous, "fingerprint": fingerprint, "revision": locked.accepted_revision},
+            outcome="new accepted revision",
+            called_by="file",
+            project=locked.slug,
+        )
+    return locked
+
+
+def export_bytes(project: Project) -> bytes:
+    """The project's file as the service writes it (deterministic)."""
+    return plcopen.serialize(current_document(project).document)
+
+
+_cache: OrderedDict[str, plcopen.ProjectDocument] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def _cached(fingerprint: str, data: bytes) -> plcopen.ProjectDocument:
+    """Parsed documents by content fingerprint; readers must not modify them (operations copy first)."""
+    with _cache_lock:
+        document = _cache.get(fingerprint)
+        if document is not None:
+            _cache.move_to_end(fingerprint)
+            return document
+    document = plcopen.load(data)
+    with _cache_lock:
+        _cache[fingerprint] = document
+        while len(_cache) > CACHE_SIZE:
+            _cache.popitem(last=False)
+    return document

@@ -1,0 +1,470 @@
+"""Loading, validating, writing and reading PLCopen TC6 2.01 projects (projects.plcopen), over every sample."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+import pytest
+from lxml import etree
+
+from projects import plcopen
+from projects.plcopen import ElementNotFound, ProjectFormatError
+from tests.projects.conftest import INVALID_SAMPLES, sample_bytes, sample_params
+
+MINIMAL = """<?xml version='1.0' encoding='utf-8'?>
+<project xmlns:xhtml="http://www.w3.org/1999/xhtml" xmlns="http://www.plcopen.org/xml/tc6_0201">
+  <fileHeader companyName="" productName="t" productVersion="1" creationDateTime="2024-01-01T00:00:00"/>
+  <contentHeader name="Minimal">
+    <coordinateInfo>
+      <fbd>
+        <scaling x="0" y="0"/>
+      </fbd>
+      <ld>
+        <scaling x="0" y="0"/>
+      </ld>
+      <sfc>
+        <scaling x="0" y="0"/>
+      </sfc>
+    </coordinateInfo>
+  </contentHeader>
+  <types>
+    <dataTypes/>
+    <pous>{pous}</pous>
+  </types>
+  <instances>
+    <configurations/>
+  </instances>
+</project>
+"""
+
+
+def st_pou(name: str, code: str) -> str:
+    return f'<pou name="{name}" pouType="program"><body><ST><xhtml:p><![CDATA[{code}]]></xhtml:p></ST></body></pou>'
+
+
+def minimal(pous: str = "") -> bytes:
+    return MINIMAL.replace("{pous}", pous).encode()
+
+
+# --- round trip -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", sample_params())
+def test_export_of_an_unchanged_sample_is_byte_identical_or_only_loses_whitespace_inside_tags(path):
+    raw = path.read_bytes()
+    out = plcopen.serialize(plcopen.load(raw))
+    if path.name not in INVALID_SAMPLES:
+        assert out == raw
+        return
+
+    # The hand-written iec-checker file breaks attributes over lines and writes `<x />`; XML does not keep
+    # whitespace inside a tag, so only that changes. Everything between tags comes back as it was.
+    def between_tags(data: bytes) -> str:
+        return re.sub(r"<[^>]*>", "<>", data.decode())
+
+    assert between_tags(out) == between_tags(raw)
+    assert etree.tostring(plcopen.load(out).root, method="c14n") == etree.tostring(
+        plcopen.load(raw).root, method="c14n"
+    )
+
+
+@pytest.mark.parametrize("path", sample_params())
+def test_re_export_is_stable(path):
+    once = plcopen.serialize(plcopen.load(path.read_bytes()))
+    assert plcopen.serialize(plcopen.load(once)) == once
+
+
+@pytest.mark.parametrize("path", sample_params())
+def test_the_line_ending_and_declaration_of_the_file_are_kept(path):
+    raw = path.read_bytes()
+    doc = plcopen.load(raw)
+    assert doc.line_ending == ("\r\n" if b"\r\n" in raw else "\n")
+    assert raw.startswith(doc.declaration)
+    assert plcopen.serialize(doc).splitlines(keepends=True)[0] == raw.splitlines(keepends=True)[0]
+
+
+def test_crlf_bom_and_a_missing_declaration_round_trip():
+    base = minimal(st_pou("Main", "A := 1;\nB := 2;"))
+    variants = [
+        base.replace(b"\n", b"\r\n"),
+        b"\xef\xbb\xbf" + base,
+        base.split(b"\n", 1)[1],
+        base.rstrip(b"\n"),
+        base.replace(b"encoding='utf-8'", b'encoding="UTF-8"'),
+    ]
+    for data in variants:
+        assert plcopen.serialize(plcopen.load(data)) == data
+
+
+def test_cdata_sections_are_kept_as_cdata():
+    data = minimal(st_pou("Main", "IF a < b THEN c := 1; END_IF;"))
+    assert b"<![CDATA[IF a < b THEN" in plcopen.serialize(plcopen.load(data))
+
+
+def test_fingerprint_is_the_sha256_of_the_bytes():
+    assert plcopen.fingerprint(b"abc") == hashlib.sha256(b"abc").hexdigest()
+
+
+# --- refusing what is not a TC6 2.01 project --------------------------------------------------------------
+
+
+def test_a_tc6_2_0_file_is_refused_as_another_dialect():
+    data = minimal().replace(b"tc6_0201", b"tc6_0200")
+    with pytest.raises(ProjectFormatError, match=r"2\.0.*only PLCopen TC6 XML 2\.01"):
+        plcopen.load(data)
+
+
+def test_a_tc6_1_0_file_is_refused_as_another_dialect():
+    data = minimal().replace(b"http://www.plcopen.org/xml/tc6_0201", b"http://www.plcopen.org/xml/tc6.xsd")
+    with pytest.raises(ProjectFormatError, match=r"1\.0"):
+        plcopen.load(data)
+
+
+def test_a_foreign_root_element_is_refused():
+    with pytest.raises(ProjectFormatError, match=r"not a PLCopen TC6 XML 2\.01"):
+        plcopen.load(b"<svg xmlns='http://www.w3.org/2000/svg'/>")
+
+
+def test_malformed_xml_is_refused_with_its_line():
+    with pytest.raises(ProjectFormatError, match=r"not well-formed XML \(line 2\)"):
+        plcopen.load(b"<project>\n<oops></project>")
+
+
+def test_a_doctype_with_entities_is_refused_before_anything_expands():
+    bomb = (
+        b'<?xml version="1.0"?><!DOCTYPE project [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;&a;">]>'
+        b'<project xmlns="http://www.plcopen.org/xml/tc6_0201">&b;</project>'
+    )
+    with pytest.raises(ProjectFormatError, match="DOCTYPE"):
+        plcopen.load(bomb)
+
+
+def test_an_external_entity_is_never_fetched(tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOPSECRET")
+    data = (
+        f'<?xml version="1.0"?><!DOCTYPE project [<!ENTITY x SYSTEM "file://{secret}">]>'
+        f'<project xmlns="http://www.plcopen.org/xml/tc6_0201">&x;</project>'
+    ).encode()
+    with pytest.raises(ProjectFormatError):
+        plcopen.load(data)
+
+
+def test_utf16_files_are_refused_with_a_hint():
+    with pytest.raises(ProjectFormatError, match="UTF-8"):
+        plcopen.load(minimal().decode().replace("utf-8", "utf-16").encode("utf-16"))
+
+
+# --- schema validation ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", sample_params(valid_only=True))
+def test_the_valid_samples_validate(path):
+    assert plcopen.validate(plcopen.load(path.read_bytes())) == []
+
+
+def test_the_iec_checker_sample_is_reported_invalid_with_lines_and_messages():
+    raw = sample_bytes("iec-checker-example.xml")
+    errors = plcopen.validate(plcopen.load(raw))
+    assert len(errors) == 33
+    lines = raw.decode().splitlines()
+    assert all(0 < error.line <= len(lines) and error.message for error in errors)
+    date_error = next(error for error in errors if "creationDateTime" in error.message)
+    assert "creationDateTime" in lines[date_error.line - 1] or "creationDateTime" in lines[date_error.line - 2]
+    assert any("typeName" in error.message for error in errors)
+
+
+def test_validation_of_an_edited_tree_reports_lines_of_the_written_file():
+    doc = plcopen.load(minimal(st_pou("Main", "x")))
+    edited = doc.copy()
+    edited.root.find(plcopen.q("fileHeader")).set("creationDateTime", "yesterday")
+    errors = plcopen.validate(edited)
+    assert [error.line for error in errors] == [3]
+
+
+# --- ids and the index ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", sample_params())
+def test_get_element_reads_the_same_with_or_without_a_built_index(path):
+    indexed = plcopen.load(path.read_bytes())
+    fresh = plcopen.load(path.read_bytes())
+    for entry in indexed.index.entries:
+        if indexed.index.get(entry.id) is entry:
+            assert plcopen.get_element(fresh, entry.id.upper()) == plcopen.get_element(indexed, entry.id)
+    assert "index" not in fresh.__dict__
+
+
+@pytest.mark.parametrize("path", sample_params())
+def test_every_indexed_id_resolves_case_insensitively_and_reads_back(path):
+    doc = plcopen.load(path.read_bytes())
+    for entry in doc.index.entries:
+        if doc.index.get(entry.id) is not entry:
+            continue  # a duplicate name in a schema-invalid scope: the first one owns the id
+        assert plcopen.entry_for(doc, entry.id.upper()) is entry
+        kind, element, written = plcopen.resolve(doc.root, entry.id.swapcase())
+        assert (kind, element, written) == (entry.kind, entry.element, entry.id)
+        item = plcopen.get_element(doc, entry.id)
+        assert item["id"] == entry.id and item["kind"] == entry.kind
+        json.dumps(item)
+
+
+def test_ids_follow_the_documented_paths():
+    doc = plcopen.load(sample_bytes("beremiz-python.xml"))
+    ids = {entry.id for entry in doc.index.entries}
+    assert {
+        "pou/main_pytest",
+        "pou/main_pytest/var/mux1_sel",
+        "type/CPLX_TYPE",
+        "config/config",
+        "config/config/resource/res_pytest",
+        "config/config/resource/res_pytest/var/TOTO",
+        "config/config/resource/res_pytest/task/pytest_task",
+        "config/config/resource/res_pytest/instance/pytest_instance",
+    } <= ids
+    wx = plcopen.load(sample_bytes("beremiz-wxHMI.xml"))
+    assert plcopen.entry_for(wx, "CONFIG/config/resource/resource1/task/controltask/instance/maininstance")
+
+
+def test_an_unknown_id_is_not_found():
+    doc = plcopen.load(minimal(st_pou("Main", "x")))
+    for bad in ("pou/Nope", "pou", "pou/Main/var/x", "pou/Main/task/x", "", "/"):
+        with pytest.raises(ElementNotFound):
+            plcopen.get_element(doc, bad)
+
+
+# --- overview, find, list_variables -----------------------------------------------------------------------
+
+
+def test_overview_counts_by_kind_pou_type_and_language():
+    doc = plcopen.load(sample_bytes("beremiz-first_steps.xml"))
+    result = plcopen.overview(doc)
+    assert result["name"] == "First Steps"
+    counts = result["counts"]
+    assert counts["pous"] == 7
+    assert counts["pous_by_type"] == {"function": 1, "functionBlock": 5, "program": 1}
+    assert counts["pous_by_language"] == {"FBD": 2, "IL": 1, "LD": 1, "SFC": 1, "ST": 2}
+    assert (counts["configurations"], counts["resources"], counts["tasks"], counts["instances"]) == (1, 1, 1, 1)
+    assert counts["variables"] == sum(counts["variables_by_section"].values()) == 39
+
+
+@pytest.mark.parametrize("path", sample_params())
+def test_overview_of_every_sample_is_json_and_consistent(path):
+    doc = plcopen.load(path.read_bytes())
+    counts = plcopen.overview(doc)["counts"]
+    assert counts["pous"] == sum(counts["pous_by_type"].values()) == sum(counts["pous_by_language"].values())
+    json.dumps(counts)
+
+
+def test_find_matches_name_type_and_documentation_case_insensitively():
+    doc = plcopen.load(sample_bytes("beremiz-first_steps.xml"))
+    by_name = plcopen.find(doc, text="resetcounter")["items"]
+    assert {item["id"] for item in by_name} >= {"config/config/var/ResetCounterValue"}
+    by_doc = plcopen.find(doc, text="КОЛИЧЕСТВО")["items"]  # Cyrillic documentation of InputsNumber
+    assert [item["id"] for item in by_doc] == ["pou/AverageVal/var/InputsNumber"]
+    by_type = plcopen.find(doc, kind="variable", type="real")["items"]
+    assert by_type and all(item["type"] == "REAL" for item in by_type)
+    programs = plcopen.find(doc, kind="pou", type="program")["items"]
+    assert [item["id"] for item in programs] == ["pou/plc_prg"]
+
+
+@pytest.mark.parametrize("path", sample_params())
+def test_find_pages_through_everything_with_cursors(path):
+    doc = plcopen.load(path.read_bytes())
+    everything = [entry.id for entry in doc.index.entries]
+    seen: list[str] = []
+    cursor = None
+    while True:
+        page = plcopen.find(doc, limit=7, cursor=cursor)
+        assert len(page["items"]) <= 7
+        seen.extend(item["id"] for item in page["items"])
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == everything
+
+
+def test_limits_above_the_maximum_are_refused_naming_it():
+    doc = plcopen.load(minimal(st_pou("Main", "x")))
+    with pytest.raises(ValueError, match="maximum of 200"):
+        plcopen.find(doc, limit=201)
+    with pytest.raises(ValueError, match="maximum of 200"):
+        plcopen.list_variables(doc, limit=500)
+    with pytest.raises(ValueError, match="at least 1"):
+        plcopen.find(doc, limit=0)
+    assert plcopen.find(doc, limit=200)["items"]
+
+
+def test_bad_or_foreign_cursors_are_refused():
+    doc = plcopen.load(sample_bytes("beremiz-first_steps.xml"))
+    cursor = plcopen.find(doc, text="cnt", limit=1)["next_cursor"]
+    assert cursor
+    with pytest.raises(ValueError, match="different query"):
+        plcopen.find(doc, text="reset", limit=1, cursor=cursor)
+    with pytest.raises(ValueError, match="another kind"):
+        plcopen.list_variables(doc, cursor=cursor)
+    with pytest.raises(ValueError, match="not valid"):
+        plcopen.find(doc, text="cnt", cursor="!!not-base64!!")
+    with pytest.raises(ValueError, match="unknown kind"):
+        plcopen.find(doc, kind="banana")
+
+
+def test_list_variables_by_scope_and_section_with_a_cursor():
+    doc = plcopen.load(sample_bytes("beremiz-first_steps.xml"))
+    first = plcopen.list_variables(doc, scope="POU/PLC_PRG", section="outputvars", limit=3)
+    assert [item["name"] for item in first["items"]] == ["Cnt1", "Cnt2", "Cnt3"]
+    rest = plcopen.list_variables(doc, scope="pou/plc_prg", section="outputVars", cursor=first["next_cursor"])
+    assert [item["name"] for item in rest["items"]] == ["Cnt4", "Cnt5"]
+    assert rest["next_cursor"] is None
+    globals_ = plcopen.list_variables(doc, scope="config/config")["items"]
+    assert [(v["name"], v["constant"], v["initial_value"]) for v in globals_] == [("ResetCounterValue", True, "17")]
+    every = plcopen.list_variables(doc, limit=200)["items"]
+    assert len(every) == plcopen.overview(doc)["counts"]["variables"]
+    with pytest.raises(ValueError, match="a scope is a POU"):
+        plcopen.list_variables(doc, scope="config/config/resource/resource1/task/plc_task")
+    with pytest.raises(ValueError, match="unknown section"):
+        plcopen.list_variables(doc, section="VAR")
+
+
+# --- get_element ------------------------------------------------------------------------------------------
+
+
+def test_a_pou_comes_with_its_interface_and_st_body():
+    doc = plcopen.load(sample_bytes("beremiz-first_steps.xml"))
+    pou = plcopen.get_element(doc, "pou/averageval")
+    assert pou["pou_type"] == "function"
+    assert pou["interface"]["return_type"] == "REAL"
+    assert [s["section"] for s in pou["interface"]["sections"]] == ["inputVars", "localVars"]
+    assert pou["body"]["language"] == "ST" and pou["body"]["text"].startswith("AverageVal := ")
+    assert pou["body"]["truncated"] is False and pou["body"]["next_cursor"] is None
+
+
+def test_a_graphical_body_is_named_not_rendered():
+    doc = plcopen.load(sample_bytes("beremiz-first_steps.xml"))
+    for pou_id, language in (("pou/CounterFBD", "FBD"), ("pou/CounterLD", "LD"), ("pou/CounterSFC", "SFC")):
+        body = plcopen.get_element(doc, pou_id)["body"]
+        assert body["language"] == language and body["rendered"] is False and "text" not in body
+        assert body["objects"] > 0
+
+
+def test_a_long_body_continues_with_its_cursor_until_complete():
+    code = "".join(f"Counter{i} := Counter{i} + 1; (* line {i} *)\n" for i in range(800))
+    doc = plcopen.load(minimal(st_pou("Big", code)))
+    first = plcopen.get_element(doc, "pou/Big")["body"]
+    assert len(first["text"]) == plcopen.DEFAULT_BODY_LIMIT and first["truncated"] is True
+    assert first["total_chars"] == len(code)
+    text, cursor = first["text"], first["next_cursor"]
+    while cursor:
+        body = plcopen.get_element(doc, "pou/big", cursor=cursor)["body"]
+        text += body["text"]
+        cursor = body["next_cursor"]
+    assert text == code
+    by_offset = plcopen.get_element(doc, "pou/Big", body_offset=100, body_limit=10)["body"]
+    assert by_offset["text"] == code[100:110] and by_offset["next_offset"] == 110
+    with pytest.raises(ValueError, match="another element"):
+        plcopen.get_element(doc, "pou/Other", cursor=first["next_cursor"])
+    with pytest.raises(ValueError, match="maximum of 32000"):
+        plcopen.get_element(doc, "pou/Big", body_limit=50_000)
+
+
+def test_a_crlf_body_reads_with_lf_line_ends():
+    doc = plcopen.load(sample_bytes("openplc-Random_Generator_Pragma.xml"))
+    text = plcopen.get_element(doc, "pou/rand_generator")["body"]["text"]
+    assert "\r" not in text and "{" in text and "(*" in text
+
+
+def test_a_large_interface_is_listed_up_to_its_limit():
+    variables = "".join(f'<variable name="v{i}"><type><INT/></type></variable>' for i in range(250))
+    pou = f'<pou name="Wide" pouType="program"><interface><localVars>{variables}</localVars></interface></pou>'
+    doc = plcopen.load(minimal(pou))
+    interface = plcopen.get_element(doc, "pou/Wide")["interface"]
+    assert interface["variable_count"] == 250
+    assert sum(len(s["variables"]) for s in interface["sections"]) == plcopen.INTERFACE_VARIABLE_LIMIT
+    assert interface["variables_truncated"] is True
+
+
+def test_a_variable_reads_with_type_value_address_and_flags():
+    doc = plcopen.load(sample_bytes("beremiz-mqtt_ssl.xml"))
+    assert plcopen.get_element(doc, "pou/program0/var/LocalVar0")["address"] == "%ID3.1"
+    doc = plcopen.load(sample_bytes("beremiz-python.xml"))
+    variable = plcopen.get_element(doc, "pou/main_pytest/var/mux1_sel")
+    assert (variable["type"], variable["initial_value"], variable["documentation"]) == ("INT", "3", "blah")
+    assert (variable["section"], variable["retain"], variable["constant"]) == ("localVars", False, False)
+
+
+def test_tasks_instances_and_types_read_back():
+    doc = plcopen.load(sample_bytes("beremiz-wxHMI.xml"))
+    task = plcopen.get_element(doc, "config/config/resource/resource1/task/InitOneShot")
+    assert (task["single"], task["interval"], task["priority"]) == ("Initialize", None, "0")
+    assert [i["type_name"] for i in task["instances"]] == ["Declarations"]
+    resource = plcopen.get_element(doc, "config/config/resource/resource1")
+    assert [t["name"] for t in resource["tasks"]] == ["InitOneShot", "ControlTask", "GUIupdate"]
+    doc = plcopen.load(sample_bytes("beremiz-python.xml"))
+    assert plcopen.get_element(doc, "type/blups")["type"] == "ARRAY[0..31] OF CPLX_TYPE"
+    enum = plcopen.get_element(doc, "type/StateMachine")
+    assert (enum["type_kind"], [v["name"] for v in enum["values"]]) == ("enum", ["STANDBY", "START", "STOP"])
+    struct = plcopen.get_element(doc, "type/CPLX_TYPE")
+    assert [(m["name"], m["type"]) for m in struct["members"]] == [("FIRSTBYTE", "SINT"), ("SECONDBYTE", "SINT")]
+    instance = plcopen.get_element(doc, "config/config/resource/res_pytest/instance/pytest_instance")
+    assert (instance["type_name"], instance["task"]) == ("main_pytest", None)
+
+
+# --- type and value strings -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "xml", "rendered"),
+    [
+        ("int", "<INT/>", "INT"),
+        ("TIME_OF_DAY", "<TOD/>", "TOD"),
+        ("STRING", "<string/>", "STRING"),
+        ("string(10)", '<string length="10"/>', "STRING[10]"),
+        ("WSTRING[5]", '<wstring length="5"/>', "WSTRING[5]"),
+        ("Motor", '<derived name="Motor"/>', "Motor"),
+        (
+            "ARRAY[0..9, -1..1] OF REAL",
+            '<array><dimension lower="0" upper="9"/><dimension lower="-1" upper="1"/><baseType><REAL/></baseType></array>',
+            "ARRAY[0..9, -1..1] OF REAL",
+        ),
+        ("POINTER TO Motor", '<pointer><baseType><derived name="Motor"/></baseType></pointer>', "POINTER TO Motor"),
+        (
+            "UINT(0..100)",
+            '<subrangeUnsigned><range lower="0" upper="100"/><baseType><UINT/></baseType></subrangeUnsigned>',
+            "UINT(0..100)",
+        ),
+    ],
+)
+def test_type_strings_become_tc6_type_elements_and_render_back(text, xml, rendered):
+    element = plcopen.parse_type(text)
+    serialized = etree.tostring(element).decode()
+    assert re.sub(r' xmlns(:\w+)?="[^"]*"', "", re.sub(r"ns0:", "", serialized)) == xml
+    container = etree.Element(plcopen.q("type"))
+    container.append(element)
+    assert plcopen.render_type(container) == rendered
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "LTIME", "WCHAR", "ARRAY[1..] OF INT", "ARRAY[5..1] OF INT", "STRING[x]", "INT INT", "REAL(0..1)", "1abc"],
+)
+def test_bad_type_strings_are_refused(text):
+    with pytest.raises(plcopen.TypeStringError):
+        plcopen.parse_type(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["TRUE", "16#FF", "'a, b'", "[1, 2, 3(0)]", "(x := 1, y := [1, 2])", "[(a := 'x,y'), (a := 'z')]", "T#3s"],
+)
+def test_value_strings_round_trip(text):
+    container = etree.Element(plcopen.q("initialValue"))
+    container.append(plcopen.parse_value(text))
+    assert plcopen.render_value(container) == text
+
+
+def test_unbalanced_values_are_refused():
+    for text in ("[1, 2", "(a := 1", "'open", "   "):
+        with pytest.raises(plcopen.ValueStringError):
+            plcopen.parse_value(text)
