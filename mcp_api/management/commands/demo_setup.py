@@ -16,9 +16,14 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from mcp_api.services import authenticate_token, do_create_operator, do_create_token
+from projects.demo import demo_project_bytes
+from projects.files import inside_root
+from projects.models import Project
+from projects.services import do_bind_project, do_import_project
 
 DEMO_OPERATOR = "operator"
 DEMO_CLIENT = "demo"
+DEMO_PROJECT = "demo-conveyor"
 
 
 def _write_secret(path: Path, value: str) -> None:
@@ -63,6 +68,7 @@ class Command(BaseCommand):
             owner = get_user_model().objects.get(username=DEMO_OPERATOR)
             token = do_create_token(owner=owner, label=DEMO_CLIENT, acting_user="demo_setup").raw
             _write_secret(token_file, token)
+        ensure_demo_project()
         base = f"http://{host}:{port}"
         url, sse_url = f"{base}/mcp", f"{base}/sse"
         self.stdout.write(
@@ -73,6 +79,7 @@ class Command(BaseCommand):
                     f"MCP (legacy SSE):      {sse_url}",
                     f"Client token:          {token}",
                     f"Console:               {base}/console/  (login {DEMO_OPERATOR} / {password})",
+                    f"Demo project:          {DEMO_PROJECT}  (try project.overview with project={DEMO_PROJECT!r})",
                     "",
                     "Client configuration (Claude Desktop / Cursor mcp.json):",
                     json.dumps(client_configurations(url, sse_url, token)["claude_desktop"], indent=2),
@@ -81,3 +88,14 @@ class Command(BaseCommand):
                 ]
             )
         )
+
+
+def ensure_demo_project() -> None:
+    """Register the demo project once; a demo file left in the projects root is bound, not overwritten."""
+    if Project.objects.filter(slug=DEMO_PROJECT).exists():
+        return
+    path = inside_root(f"{DEMO_PROJECT}.xml")
+    if path.exists():
+        do_bind_project(path, slug=DEMO_PROJECT, acting_user="demo_setup")
+    else:
+        do_import_project(demo_project_bytes(), slug=DEMO_PROJECT, acting_user="demo_setup")
