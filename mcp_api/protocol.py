@@ -41,6 +41,7 @@ class CallContext:
     session: McpSession | None = None
     client_info: dict[str, Any] = field(default_factory=dict)
     client_capabilities: dict[str, Any] = field(default_factory=dict)
+    project: str = ""  # the project a tool resolved, as registered: what the audit row names
 
     @property
     def stateless(self) -> bool:
@@ -143,7 +144,7 @@ def _audit_call(ctx: CallContext, tool: registry.Tool, arguments: dict[str, Any]
         called_by=ctx.called_by,
         session=ctx.session_id,
         client_label=ctx.token.label,
-        project=str(arguments.get("project", ""))[:100],
+        project=ctx.project or str(arguments.get("project", ""))[:100],
     )
 
 

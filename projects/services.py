@@ -8,6 +8,7 @@ cached per process by fingerprint, so a read of an unchanged file does not parse
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -27,6 +28,23 @@ CACHE_SIZE = 8
 
 class ProjectRefused(ValueError):
     """A file that cannot be registered, with a message that says what is wrong and what to do."""
+
+
+class ProjectUnavailable(Exception):
+    """The registered file cannot be read as a project now (removed, unreadable, or broken by another tool)."""
+
+
+SLUG = re.compile(r"[a-z0-9][a-z0-9_-]{0,99}")
+
+
+def clean_slug(slug: str) -> str:
+    """Slugs are lowercase, so what project.list shows is what a client types; refuse anything else."""
+    cleaned = slug.strip().lower()
+    if not SLUG.fullmatch(cleaned):
+        raise ProjectRefused(
+            f"{slug!r} is not a slug; use lowercase letters, digits, '-' and '_' (up to 100), e.g. line-3-press."
+        )
+    return cleaned
 
 
 @dataclass(frozen=True)
@@ -54,6 +72,7 @@ def checked_document(data: bytes) -> plcopen.ProjectDocument:
 
 def do_import_project(data: bytes, *, slug: str, name: str = "", acting_user: str) -> Project:
     """Copy a project file under FORGE_PROJECTS_ROOT as `<slug>.xml` and register it."""
+    slug = clean_slug(slug)
     document = checked_document(data)
     if Project.objects.filter(slug=slug).exists():
         raise ProjectRefused(f"a project with the slug {slug!r} exists already; choose another slug.")
@@ -69,6 +88,7 @@ def do_import_project(data: bytes, *, slug: str, name: str = "", acting_user: st
 
 def do_bind_project(path: str | Path, *, slug: str, name: str = "", acting_user: str) -> Project:
     """Register a project file that already lies inside FORGE_PROJECTS_ROOT, where it stays."""
+    slug = clean_slug(slug)
     resolved = inside_root(path)
     try:
         data = resolved.read_bytes()
@@ -108,11 +128,25 @@ def project_path(project: Project) -> Path:
 
 def current_document(project: Project) -> Opened:
     """The project as its file is now; an external change is recorded first (new accepted revision)."""
-    data = project_path(project).read_bytes()
+    try:
+        data = project_path(project).read_bytes()
+    except OSError as exc:
+        raise ProjectUnavailable(
+            f"the file of project {project.slug} cannot be read ({exc.strerror}); an operator must restore "
+            f"{project.path} under the projects root"
+        ) from None
     fingerprint = plcopen.fingerprint(data)
+    try:
+        document = _cached(fingerprint, data)
+    except plcopen.ProjectFormatError as exc:
+        # Not recorded as a new revision: a file no tool can read is not an accepted state.
+        raise ProjectUnavailable(
+            f"the file of project {project.slug} was changed by another tool and is no longer a PLCopen "
+            f"project ({exc}); fix or restore {project.path}"
+        ) from None
     if fingerprint != project.fingerprint:
         project = do_record_external_change(project, fingerprint)
-    return Opened(project=project, document=_cached(fingerprint, data))
+    return Opened(project=project, document=document)
 
 
 def do_record_external_change(project: Project, fingerprint: str) -> Project:

@@ -15,6 +15,7 @@ from mcp_api.protocol import CallContext
 from mcp_api.tools import Arguments, NoArguments, ToolError, tool
 from projects import plcopen, reads
 from projects.models import Project
+from projects.services import ProjectUnavailable
 
 Limit = Field(default=plcopen.DEFAULT_LIMIT, ge=1, le=plcopen.MAX_LIMIT, description="At most this many items.")
 Cursor = Field(default=None, max_length=2000, description="The next_cursor of the previous page, to continue.")
@@ -60,12 +61,13 @@ class ExportArguments(ProjectArguments):
     offset: int = Field(default=0, ge=0, description="The next_offset of the previous answer, to continue.")
 
 
-def _project(slug: str) -> Project:
+def _project(ctx: CallContext, slug: str) -> Project:
     project = Project.objects.filter(slug=slug.strip().lower()).first()
     if project is None:
         raise ToolError(
             "FORGE_ERR_NOT_FOUND", f"There is no project {slug!r}. Call project.list for the projects you may read."
         )
+    ctx.project = project.slug
     return project
 
 
@@ -73,6 +75,8 @@ def _read(call, *args: Any, **kwargs: Any) -> dict[str, Any]:
     """Run a read; a bad cursor or limit is the client's to fix (-32602), an unknown element a refusal."""
     try:
         return call(*args, **kwargs)
+    except ProjectUnavailable as exc:
+        raise ToolError("FORGE_ERR_NOT_FOUND", f"The project cannot be read now: {exc}.") from None
     except plcopen.ElementNotFound as exc:
         raise ToolError(
             "FORGE_ERR_NOT_FOUND", f"{exc}. Use project.find or project.overview to see the element ids."
@@ -84,14 +88,18 @@ def _read(call, *args: Any, **kwargs: Any) -> dict[str, Any]:
 @tool("project.list", title="List projects")
 def project_list(ctx: CallContext, args: NoArguments) -> dict[str, Any]:
     """The projects you may ask for, by slug and name. Start here, then project.overview."""
-    return {"projects": [{"project": p.slug, "name": p.name} for p in Project.objects.order_by("slug")[:200]]}
+    projects = list(Project.objects.order_by("slug")[: plcopen.MAX_LIMIT + 1])
+    listing: dict[str, Any] = {"projects": [{"project": p.slug, "name": p.name} for p in projects[: plcopen.MAX_LIMIT]]}
+    if len(projects) > plcopen.MAX_LIMIT:
+        listing["truncated"] = f"only the first {plcopen.MAX_LIMIT} projects by slug are listed"
+    return listing
 
 
 @tool("project.overview", title="Project overview", arguments=ProjectArguments)
 def project_overview(ctx: CallContext, args: ProjectArguments) -> dict[str, Any]:
     """What a project holds: counts of POUs by type and language, data types, configurations, resources,
     tasks, instances and variables, with its accepted revision."""
-    return _read(reads.overview, _project(args.project))
+    return _read(reads.overview, _project(ctx, args.project))
 
 
 @tool("project.find", title="Find elements", arguments=FindArguments)
@@ -101,7 +109,7 @@ def project_find(ctx: CallContext, args: FindArguments) -> dict[str, Any]:
     next_cursor."""
     return _read(
         reads.find,
-        _project(args.project),
+        _project(ctx, args.project),
         text=args.text,
         kind=args.kind,
         type=args.type,
@@ -115,7 +123,7 @@ def project_get_element(ctx: CallContext, args: ElementArguments) -> dict[str, A
     """One element by id: a POU with its interface and its ST/IL body (long bodies continue with
     next_cursor), a variable, a task with its instances, or a data type."""
     return _read(
-        reads.get_element, _project(args.project), args.element_id, body_limit=args.body_limit, cursor=args.cursor
+        reads.get_element, _project(ctx, args.project), args.element_id, body_limit=args.body_limit, cursor=args.cursor
     )
 
 
@@ -125,7 +133,7 @@ def project_list_variables(ctx: CallContext, args: VariablesArguments) -> dict[s
     section such as inputVars or globalVars. Pages with next_cursor."""
     return _read(
         reads.list_variables,
-        _project(args.project),
+        _project(ctx, args.project),
         scope=args.scope,
         section=args.section,
         limit=args.limit,
@@ -138,14 +146,14 @@ def project_check(ctx: CallContext, args: PageArguments) -> dict[str, Any]:
     """Findings of the project (problems first, then advisories): invalid or duplicate names, unknown
     types, bad initial values or addresses, undeclared or unused identifiers, programs without a task,
     and schema errors. Pages with next_offset."""
-    return _read(reads.check, _project(args.project), limit=args.limit, offset=args.offset)
+    return _read(reads.check, _project(ctx, args.project), limit=args.limit, offset=args.offset)
 
 
 @tool("project.export", title="Export a project", arguments=ExportArguments)
 def project_export(ctx: CallContext, args: ExportArguments) -> dict[str, Any]:
     """The project's PLCopen XML, 32,000 characters at a time (continue with next_offset). Prefer the
     bounded reads: a whole project can be large."""
-    return _read(reads.export, _project(args.project), offset=args.offset)
+    return _read(reads.export, _project(ctx, args.project), offset=args.offset)
 
 
 @tool("project.suggest_placement", title="Suggest where something belongs", arguments=PlacementArguments)
@@ -153,4 +161,4 @@ def project_suggest_placement(ctx: CallContext, args: PlacementArguments) -> dic
     """Rank the POUs, configurations and resources where something about a topic belongs, by their names,
     documentation and the variables they declare; each POU names the task or resource instances it runs
     in. Use before change_group.stage to pick a scope."""
-    return _read(reads.suggest_placement, _project(args.project), args.topic, limit=args.limit)
+    return _read(reads.suggest_placement, _project(ctx, args.project), args.topic, limit=args.limit)
