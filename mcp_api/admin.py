@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.contrib import admin, messages
 
 from forge_site.console import ReadOnlyModelAdmin
-from mcp_api.models import ClientToken, McpSession
-from mcp_api.services import do_revoke_token
+from mcp_api.models import ClientToken, McpSession, ServerState
+from mcp_api.services import do_revoke_token, do_switch_mcp
 
 
 @admin.register(ClientToken)
@@ -39,3 +39,37 @@ class McpSessionAdmin(ReadOnlyModelAdmin):
     list_filter = ("transport", "protocol_version", "ended_at")
     list_select_related = ("token",)
     search_fields = ("id", "token__label", "token__owner__username")
+
+
+@admin.register(ServerState)
+class ServerStateAdmin(admin.ModelAdmin):
+    """The master switch. Off: only server_info and session.status answer any client."""
+
+    list_display = ("__str__", "changed_by", "changed_at")
+    actions = ["switch_on", "switch_off"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False  # only through the actions below, which audit the switch
+
+    def get_queryset(self, request):
+        ServerState.objects.get_or_create(pk=1)
+        return super().get_queryset(request)
+
+    @admin.action(description="Switch MCP on")
+    def switch_on(self, request, queryset) -> None:
+        self._switch(request, True)
+
+    @admin.action(description="Switch MCP off (ends every client's access; open streams are told)")
+    def switch_off(self, request, queryset) -> None:
+        self._switch(request, False)
+
+    def _switch(self, request, enabled: bool) -> None:
+        changed = do_switch_mcp(enabled, acting_user=request.user.get_username())
+        word = "on" if enabled else "off"
+        self.message_user(request, f"MCP switched {word}." if changed else f"MCP was already {word}.", messages.SUCCESS)

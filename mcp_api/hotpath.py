@@ -14,10 +14,10 @@ from functools import cache
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.db.models import Model
 
-from mcp_api.models import ClientToken, McpSession
+from mcp_api.models import ClientToken, McpSession, ServerState
 
 
 class PreparedSelect:
@@ -102,3 +102,20 @@ def open_session_of(token: ClientToken, session_id: str) -> McpSession | None:
     session = found[0]
     McpSession._meta.get_field("token").set_cached_value(session, token)
     return session
+
+
+@cache
+def _switch_sql() -> str:
+    table = quote(ServerState._meta.db_table)
+    return f"SELECT {quote('mcp_enabled')} FROM {table} WHERE {quote('id')} = 1"
+
+
+def mcp_enabled() -> bool:
+    """The master switch. No row (a fresh install) or any database failure reads as off (fail closed)."""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(_switch_sql())
+            row = cursor.fetchone()
+    except DatabaseError:
+        return False
+    return bool(row and row[0])

@@ -78,3 +78,18 @@ def token_group(token_id: int) -> str:
 
 
 BROADCAST_GROUP = "mcp.broadcast"
+
+
+class ServerState(models.Model):
+    """The one row of switches operators turn in the console. Read on every call, by every process."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1, editable=False)
+    mcp_enabled = models.BooleanField(default=False, help_text="Off on a fresh install: nothing reaches a client.")
+    changed_by = models.CharField(max_length=150, blank=True, editable=False)
+    changed_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        verbose_name = "server state"
+
+    def __str__(self) -> str:
+        return f"MCP {'on' if self.mcp_enabled else 'off'}"

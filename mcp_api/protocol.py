@@ -18,6 +18,7 @@ from django.db import transaction
 
 from audit.models import EventKind
 from audit.services import AuditUnavailable, record
+from mcp_api import hotpath
 from mcp_api import tools as registry
 from mcp_api.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, RpcError, error, result
 from mcp_api.models import ClientToken, McpSession
@@ -56,12 +57,21 @@ class CallContext:
         return self.session.id if self.session is not None else ""
 
 
+MCP_OFF = registry.ToolError(
+    "FORGE_ERR_MCP_DISABLED",
+    "MCP is switched off by the operators of this Forge server, so no project can be read or changed. "
+    "Ask an operator to switch it on in the Forge console (dashboard); session.status tells you when it is.",
+)
+
+
 def instructions() -> str:
     mode = (
         "OVERRIDE MODE: direct writes are enabled and still wait for an operator's confirmation."
         if settings.FORGE_OVERRIDE_SECURITIES
         else "Governed mode: you may read projects and propose changes; people accept them."
     )
+    if not hotpath.mcp_enabled():
+        mode += " MCP IS SWITCHED OFF right now: only server_info and session.status answer until an operator switches it on."
     return (
         f"Forge MCP serves IEC 61131-3 PLC projects (PLCopen XML). {mode} "
         "Start with session.status to see what this session may do. To change a project: read it, "
@@ -76,7 +86,7 @@ def _ping(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def _tools_list(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
-    page = registry.list_page(params.get("cursor"))
+    page = registry.list_page(params.get("cursor"), mcp_on=hotpath.mcp_enabled())
     if ctx.stateless:
         # The list depends on the principal and on flags an operator can change at any time.
         page.update({"ttlMs": 0, "cacheScope": "private"})
@@ -115,6 +125,9 @@ def _tools_call(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
     except RpcError:
         _audit_call(ctx, tool, raw_arguments if isinstance(raw_arguments, dict) else {}, "invalid_params")
         raise
+    if not tool.when_off and not hotpath.mcp_enabled():
+        _audit_call(ctx, tool, raw_arguments if isinstance(raw_arguments, dict) else {}, "mcp_disabled")
+        return tool_result(MCP_OFF.to_structured(), is_error=True)
     try:
         # The call and its audit row commit together: if the row cannot be written, whatever the
         # handler changed is rolled back and the client is told nothing was done (fail closed).

@@ -22,7 +22,15 @@ from audit.models import EventKind
 from audit.services import AuditUnavailable, record
 from forge_site.console import OPERATORS_GROUP
 from mcp_api import hotpath
-from mcp_api.models import ClientToken, McpSession, Transport, session_group, token_group
+from mcp_api.models import (
+    BROADCAST_GROUP,
+    ClientToken,
+    McpSession,
+    ServerState,
+    Transport,
+    session_group,
+    token_group,
+)
 
 TOKEN_PREFIX = "fmcp_"
 LAST_USED_RESOLUTION = timedelta(minutes=1)
@@ -188,3 +196,26 @@ def do_create_operator(name: str, password: str, *, acting_user: str):
             called_by=acting_user,
         )
     return user, created
+
+
+def do_switch_mcp(enabled: bool, *, acting_user: str) -> bool:
+    """Turn MCP on or off for every client; open streams are told their tool list changed.
+
+    Returns False when it was already in that position (nothing recorded).
+    """
+    with transaction.atomic():
+        state, _ = ServerState.objects.select_for_update().get_or_create(pk=1)
+        if state.mcp_enabled == enabled:
+            return False
+        state.mcp_enabled = enabled
+        state.changed_by = acting_user
+        state.changed_at = timezone.now()
+        state.save()
+        record(
+            EventKind.MCP_SWITCHED,
+            arguments={"enabled": enabled},
+            outcome="on" if enabled else "off",
+            called_by=acting_user,
+        )
+        transaction.on_commit(lambda: notify_streams(BROADCAST_GROUP, "mcp.tools_changed"))
+    return True

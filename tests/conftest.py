@@ -116,3 +116,11 @@ def _audit_files_in_a_temporary_place(tmp_path_factory):
     keys.hmac_key.cache_clear()
     keys.signing_key.cache_clear()
     yield
+
+
+@pytest.fixture
+def mcp_on(db) -> None:
+    """An operator has switched MCP on (a fresh install starts with it off)."""
+    from mcp_api.services import do_switch_mcp
+
+    do_switch_mcp(True, acting_user="tests")

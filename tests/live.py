@@ -137,9 +137,11 @@ async def sse_client(
 
 
 def prepare(data_dir: Path, **extra_env: str) -> tuple[dict[str, str], str]:
-    """Migrate a data dir and make a client token; returns the environment and the raw token."""
+    """Migrate a data dir, switch MCP on (as an operator would) and make a client token; returns the
+    environment and the raw token."""
     env = server_env(data_dir, **extra_env)
     manage(env, "migrate", "--noinput", "-v", "0")
+    manage(env, "mcp_switch", "on")
     token = (
         manage(env, "create_token", "--user", "live", "--create-user", "--label", "live-e2e").strip().splitlines()[-1]
     )

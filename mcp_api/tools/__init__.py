@@ -69,6 +69,7 @@ class Tool:
     destructive: bool = False
     idempotent: bool = True
     secret_arguments: frozenset[str] = field(default_factory=frozenset)
+    when_off: bool = False  # answers while MCP is switched off (never returns project content)
 
     def input_schema(self) -> dict[str, Any]:
         return _clean_schema(self.arguments.model_json_schema())
@@ -142,6 +143,7 @@ def tool(
     destructive: bool = False,
     idempotent: bool = True,
     secret_arguments: frozenset[str] = frozenset(),
+    when_off: bool = False,
 ) -> Callable[[Callable[[CallContext, Any], dict[str, Any]]], Callable[[CallContext, Any], dict[str, Any]]]:
     """Declare a tool; the handler's docstring is its description."""
 
@@ -160,6 +162,7 @@ def tool(
                 destructive=destructive,
                 idempotent=idempotent,
                 secret_arguments=secret_arguments,
+                when_off=when_off,
             )
         )
         return handler
@@ -167,17 +170,21 @@ def tool(
     return decorate
 
 
-def visible_tools() -> list[Tool]:
-    """The tools a principal sees: the same list for every connection, filtered by the deployment's flags."""
+def visible_tools(mcp_on: bool = True) -> list[Tool]:
+    """The tools a principal sees: the same list for every connection, filtered by the deployment's flags
+    and the master switch (while MCP is off, only the tools that say so)."""
     override = settings.FORGE_OVERRIDE_SECURITIES
-    return [t for t in REGISTRY.values() if override or Need.OVERRIDE not in t.needs]
+    return [t for t in REGISTRY.values() if (override or Need.OVERRIDE not in t.needs) and (mcp_on or t.when_off)]
 
 
 def find_tool(name: Any) -> Tool | None:
+    """A registered tool of this deployment, whether or not the switch lets it answer now."""
     if not isinstance(name, str):
         return None
     found = REGISTRY.get(name)
-    return found if found is not None and found in visible_tools() else None
+    if found is None or (Need.OVERRIDE in found.needs and not settings.FORGE_OVERRIDE_SECURITIES):
+        return None
+    return found
 
 
 def encode_cursor(offset: int) -> str:
@@ -196,8 +203,8 @@ def decode_cursor(cursor: Any) -> int:
     return offset
 
 
-def list_page(cursor: Any) -> dict[str, Any]:
-    tools = visible_tools()
+def list_page(cursor: Any, *, mcp_on: bool) -> dict[str, Any]:
+    tools = visible_tools(mcp_on)
     offset = decode_cursor(cursor)
     size = settings.FORGE_TOOLS_PAGE_SIZE
     page = {"tools": [t.descriptor() for t in tools[offset : offset + size]]}

@@ -6,12 +6,13 @@ from typing import Any
 
 from django.conf import settings
 
+from mcp_api import hotpath
 from mcp_api.protocol import SERVER_NAME, SERVER_VERSION, CallContext
 from mcp_api.revisions import ALL_REVISIONS
 from mcp_api.tools import NoArguments, tool
 
 
-@tool("server_info", title="Server information")
+@tool("server_info", title="Server information", when_off=True)
 def server_info(ctx: CallContext, args: NoArguments) -> dict[str, Any]:
     """What this Forge MCP server is: its version, the MCP revisions and transports it speaks, whether
     the deployment runs in override mode, and the team certificate authorities it trusts."""
@@ -21,12 +22,13 @@ def server_info(ctx: CallContext, args: NoArguments) -> dict[str, Any]:
         "revisions": list(ALL_REVISIONS),
         "transports": {"streamable_http": "/mcp", "legacy_sse": "/sse"},
         "override_securities": settings.FORGE_OVERRIDE_SECURITIES,
+        "mcp_enabled": hotpath.mcp_enabled(),
         "trust_store_cas": [],
         "caretaker": {"active": False},
     }
 
 
-@tool("session.status", title="Session status")
+@tool("session.status", title="Session status", when_off=True)
 def session_status(ctx: CallContext, args: NoArguments) -> dict[str, Any]:
     """Who this session is and what it may do: the negotiated revision, the principal and client label,
     the session id (none for stateless clients) and the session's context generation."""
@@ -41,4 +43,14 @@ def session_status(ctx: CallContext, args: NoArguments) -> dict[str, Any]:
         "session_id": session.id if session is not None else None,
         "stateless": ctx.stateless,
         "context_generation": session.context_generation if session is not None else 0,
+        **_switch_status(),
+    }
+
+
+def _switch_status() -> dict[str, Any]:
+    if hotpath.mcp_enabled():
+        return {"mcp_enabled": True}
+    return {
+        "mcp_enabled": False,
+        "what_to_do": "MCP is switched off: ask an operator to switch it on in the Forge console (dashboard).",
     }

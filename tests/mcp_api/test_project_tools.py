@@ -18,7 +18,7 @@ from projects.services import do_import_project
 from tests.mcp_api.helpers import Response, send, stateless_headers, stateless_rpc
 from tests.projects.conftest import sample_bytes
 
-pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("mcp_on")]
 
 STEPS = "beremiz-first_steps.xml"
 CRLF_SAMPLE = "beremiz-python.xml"  # 69 KB with CRLF line endings: three export chunks

@@ -15,7 +15,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from mcp_api.services import authenticate_token, do_create_operator, do_create_token
+from mcp_api.services import authenticate_token, do_create_operator, do_create_token, do_switch_mcp
 from projects.demo import demo_project_bytes
 from projects.files import inside_root
 from projects.models import Project
@@ -69,6 +69,8 @@ class Command(BaseCommand):
             token = do_create_token(owner=owner, label=DEMO_CLIENT, acting_user="demo_setup").raw
             _write_secret(token_file, token)
         ensure_demo_project()
+        # A fresh install starts with MCP off; the demo is for trying it, so it switches it on (audited).
+        do_switch_mcp(True, acting_user="demo_setup")
         base = f"http://{host}:{port}"
         url, sse_url = f"{base}/mcp", f"{base}/sse"
         self.stdout.write(
@@ -80,6 +82,7 @@ class Command(BaseCommand):
                     f"Client token:          {token}",
                     f"Console:               {base}/console/  (login {DEMO_OPERATOR} / {password})",
                     f"Demo project:          {DEMO_PROJECT}  (try project.overview with project={DEMO_PROJECT!r})",
+                    "MCP is switched on for the demo; 'python manage.py mcp_switch off' (or the console) turns it off.",
                     "",
                     "Client configuration (Claude Desktop / Cursor mcp.json):",
                     json.dumps(client_configurations(url, sse_url, token)["claude_desktop"], indent=2),
