@@ -37,6 +37,7 @@ class ClientToken(models.Model):
 class Transport(models.TextChoices):
     STREAMABLE_HTTP = "streamable-http"
     SSE = "sse"
+    HANDLE = "handle", "stateless handle"  # minted by session.request_access for 2026-07-28 clients
 
 
 class McpSession(models.Model):
@@ -93,3 +94,37 @@ class ServerState(models.Model):
 
     def __str__(self) -> str:
         return f"MCP {'on' if self.mcp_enabled else 'off'}"
+
+
+class AccessState(models.TextChoices):
+    PENDING = "pending"
+    ALLOWED = "allowed"
+    DENIED = "denied"
+    REVOKED = "revoked"
+    ENDED = "ended"
+
+
+class AccessRequest(models.Model):
+    """A session's request to work on a project, and the operator's answer: the grant of gate 2.
+
+    Keyed by (principal, session handle, project). The handle is the MCP session id, or for stateless
+    clients a handle minted for them (an `McpSession` of transport `handle`). Only `pending -> allowed |
+    denied`, `allowed -> revoked` and `pending | allowed -> ended` happen, in `mcp_api.consent`.
+    """
+
+    token = models.ForeignKey(ClientToken, on_delete=models.CASCADE, related_name="access_requests")
+    session = models.ForeignKey(McpSession, on_delete=models.CASCADE, related_name="access_requests")
+    project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="access_requests")
+    state = models.CharField(max_length=10, choices=AccessState.choices, default=AccessState.PENDING, db_index=True)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    decided_at = models.DateTimeField(null=True, blank=True, editable=False)
+    decided_by = models.CharField(max_length=150, blank=True, editable=False)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["token", "session", "project"], name="access_request_per_session_project")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.token.label} on {self.project.slug}: {self.state}"

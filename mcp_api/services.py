@@ -22,6 +22,7 @@ from audit.models import EventKind
 from audit.services import AuditUnavailable, record
 from forge_site.console import OPERATORS_GROUP
 from mcp_api import hotpath
+from mcp_api.consent import end_grants
 from mcp_api.models import (
     BROADCAST_GROUP,
     ClientToken,
@@ -73,6 +74,7 @@ def do_revoke_token(token: ClientToken, *, acting_user: str) -> None:
         updated = ClientToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
         if not updated:
             return
+        end_grants(reason="token revoked", token=token)
         record(
             EventKind.TOKEN_REVOKED,
             arguments={"token": token.prefix},
@@ -154,6 +156,7 @@ def do_end_session(session: McpSession, *, reason: str) -> bool:
         ended = McpSession.objects.filter(pk=session.pk, ended_at__isnull=True).update(ended_at=timezone.now())
         if not ended:
             return False
+        end_grants(reason="session ended", session=session)
         record(
             EventKind.SESSION_ENDED,
             arguments={"reason": reason},
@@ -211,6 +214,8 @@ def do_switch_mcp(enabled: bool, *, acting_user: str) -> bool:
         state.changed_by = acting_user
         state.changed_at = timezone.now()
         state.save()
+        if not enabled:
+            end_grants(reason="MCP switched off")
         record(
             EventKind.MCP_SWITCHED,
             arguments={"enabled": enabled},
