@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from audit.models import EventKind
 from audit.services import record
-from mcp_api.models import AccessRequest, AccessState, ClientToken, McpSession
+from mcp_api.models import AccessRequest, AccessState, ClientToken, McpSession, Transport
 from projects.models import Project
 
 OPEN_STATES = (AccessState.PENDING, AccessState.ALLOWED)
@@ -150,3 +150,51 @@ def end_grants(*, reason: str, session: McpSession | None = None, token: ClientT
     if ended:
         McpSession.objects.filter(pk__in=sessions).update(context_generation=F("context_generation") + 1)
     return ended
+
+
+def require_grant(token: ClientToken, session: McpSession | None, project: Project) -> None:
+    """Let a project call through only on an allowed grant; otherwise raise the refusal that says why."""
+    from mcp_api.hotpath import mcp_enabled
+    from mcp_api.tools import ToolError
+
+    if not mcp_enabled():
+        raise ToolError(
+            "FORGE_ERR_MCP_DISABLED",
+            "MCP is switched off by the operators of this Forge server. Ask an operator to switch it on in "
+            "the Forge console.",
+        )
+    if session is None:
+        raise ToolError(
+            "FORGE_ERR_PROJECT_ACCESS_PENDING",
+            "This stateless call names no session handle. Call session.request_access with the project to "
+            "get one, then pass it as session_handle with every project call.",
+        )
+    request = raise_request(token, session, project)
+    if request.state == AccessState.PENDING:
+        raise ToolError(
+            "FORGE_ERR_PROJECT_ACCESS_PENDING",
+            f"Access to {project.slug} waits for an operator's decision in the Forge console. Ask again "
+            "later; session.status lists your pending requests.",
+            project=project.slug,
+        )
+    if request.state != AccessState.ALLOWED:
+        raise ToolError(
+            "FORGE_ERR_PROJECT_ACCESS_DENIED",
+            f"Access to {project.slug} was {request.state} by an operator. Ask the operators of this Forge "
+            "server if you need it.",
+            project=project.slug,
+        )
+
+
+def mint_handle(token: ClientToken, revision: str, client_info: dict) -> McpSession:
+    """A session handle for a stateless client: an id bound to its principal, passed back as an argument."""
+    from mcp_api.services import do_open_session
+
+    return do_open_session(token, transport=Transport.HANDLE, protocol_version=revision, client_info=client_info)
+
+
+def grants_of(session: McpSession) -> list[dict[str, str]]:
+    return [
+        {"project": r.project.slug, "state": r.state}
+        for r in AccessRequest.objects.filter(session=session).select_related("project").order_by("project__slug")
+    ]

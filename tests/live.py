@@ -142,9 +142,11 @@ def prepare(data_dir: Path, **extra_env: str) -> tuple[dict[str, str], str]:
     env = server_env(data_dir, **extra_env)
     manage(env, "migrate", "--noinput", "-v", "0")
     manage(env, "mcp_switch", "on")
-    token = (
-        manage(env, "create_token", "--user", "live", "--create-user", "--label", "live-e2e").strip().splitlines()[-1]
-    )
+    # The live client's owner is an operator: it may view every project and decide its own requests.
+    password = data_dir / "live-operator-password"
+    password.write_text("live-operator-password-1")
+    manage(env, "create_operator", "live", "--password-file", str(password))
+    token = manage(env, "create_token", "--user", "live", "--label", "live-e2e").strip().splitlines()[-1]
     return env, token
 
 

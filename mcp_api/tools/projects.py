@@ -10,8 +10,11 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from mcp_api import consent
 from mcp_api.jsonrpc import INVALID_PARAMS, RpcError
+from mcp_api.models import McpSession, Transport
 from mcp_api.protocol import CallContext
+from mcp_api.services import find_session
 from mcp_api.tools import Arguments, NoArguments, ToolError, tool
 from projects import plcopen, reads
 from projects.models import Project
@@ -24,6 +27,15 @@ ProjectSlug = Field(max_length=100, description="The project's slug, from projec
 
 class ProjectArguments(Arguments):
     project: str = ProjectSlug
+    session_handle: str | None = Field(
+        default=None,
+        max_length=64,
+        description="Stateless (2026-07-28) clients only: the handle session.request_access gave you.",
+    )
+
+
+class AccessArguments(ProjectArguments):
+    pass
 
 
 class FindArguments(ProjectArguments):
@@ -61,13 +73,35 @@ class ExportArguments(ProjectArguments):
     offset: int = Field(default=0, ge=0, description="The next_offset of the previous answer, to continue.")
 
 
-def _project(ctx: CallContext, slug: str) -> Project:
+def _visible(ctx: CallContext, slug: str) -> Project:
+    """The project, if this principal may view it; otherwise the same answer as for no such project."""
     project = Project.objects.filter(slug=slug.strip().lower()).first()
-    if project is None:
+    if project is None or not consent.can_view(ctx.token.owner, project):
         raise ToolError(
             "FORGE_ERR_NOT_FOUND", f"There is no project {slug!r}. Call project.list for the projects you may read."
         )
     ctx.project = project.slug
+    return project
+
+
+def _session_for(ctx: CallContext, handle: str | None) -> McpSession | None:
+    if ctx.session is not None:
+        return ctx.session
+    if handle is None:
+        return None
+    session = find_session(ctx.token, handle)
+    if session is None or session.transport != Transport.HANDLE:
+        raise ToolError(
+            "FORGE_ERR_NOT_FOUND",
+            "This session handle is unknown or has ended. Call session.request_access without one for a new handle.",
+        )
+    return session
+
+
+def _project(ctx: CallContext, args: ProjectArguments) -> Project:
+    """A project this session may read: visible to the principal and granted by an operator."""
+    project = _visible(ctx, args.project)
+    consent.require_grant(ctx.token, _session_for(ctx, args.session_handle), project)
     return project
 
 
@@ -88,7 +122,7 @@ def _read(call, *args: Any, **kwargs: Any) -> dict[str, Any]:
 @tool("project.list", title="List projects")
 def project_list(ctx: CallContext, args: NoArguments) -> dict[str, Any]:
     """The projects you may ask for, by slug and name. Start here, then project.overview."""
-    projects = list(Project.objects.order_by("slug")[: plcopen.MAX_LIMIT + 1])
+    projects = list(consent.visible_projects(ctx.token.owner)[: plcopen.MAX_LIMIT + 1])
     listing: dict[str, Any] = {"projects": [{"project": p.slug, "name": p.name} for p in projects[: plcopen.MAX_LIMIT]]}
     if len(projects) > plcopen.MAX_LIMIT:
         listing["truncated"] = f"only the first {plcopen.MAX_LIMIT} projects by slug are listed"
@@ -99,7 +133,7 @@ def project_list(ctx: CallContext, args: NoArguments) -> dict[str, Any]:
 def project_overview(ctx: CallContext, args: ProjectArguments) -> dict[str, Any]:
     """What a project holds: counts of POUs by type and language, data types, configurations, resources,
     tasks, instances and variables, with its accepted revision."""
-    return _read(reads.overview, _project(ctx, args.project))
+    return _read(reads.overview, _project(ctx, args))
 
 
 @tool("project.find", title="Find elements", arguments=FindArguments)
@@ -109,7 +143,7 @@ def project_find(ctx: CallContext, args: FindArguments) -> dict[str, Any]:
     next_cursor."""
     return _read(
         reads.find,
-        _project(ctx, args.project),
+        _project(ctx, args),
         text=args.text,
         kind=args.kind,
         type=args.type,
@@ -123,7 +157,7 @@ def project_get_element(ctx: CallContext, args: ElementArguments) -> dict[str, A
     """One element by id: a POU with its interface and its ST/IL body (long bodies continue with
     next_cursor), a variable, a task with its instances, or a data type."""
     return _read(
-        reads.get_element, _project(ctx, args.project), args.element_id, body_limit=args.body_limit, cursor=args.cursor
+        reads.get_element, _project(ctx, args), args.element_id, body_limit=args.body_limit, cursor=args.cursor
     )
 
 
@@ -133,7 +167,7 @@ def project_list_variables(ctx: CallContext, args: VariablesArguments) -> dict[s
     section such as inputVars or globalVars. Pages with next_cursor."""
     return _read(
         reads.list_variables,
-        _project(ctx, args.project),
+        _project(ctx, args),
         scope=args.scope,
         section=args.section,
         limit=args.limit,
@@ -146,14 +180,14 @@ def project_check(ctx: CallContext, args: PageArguments) -> dict[str, Any]:
     """Findings of the project (problems first, then advisories): invalid or duplicate names, unknown
     types, bad initial values or addresses, undeclared or unused identifiers, programs without a task,
     and schema errors. Pages with next_offset."""
-    return _read(reads.check, _project(ctx, args.project), limit=args.limit, offset=args.offset)
+    return _read(reads.check, _project(ctx, args), limit=args.limit, offset=args.offset)
 
 
 @tool("project.export", title="Export a project", arguments=ExportArguments)
 def project_export(ctx: CallContext, args: ExportArguments) -> dict[str, Any]:
     """The project's PLCopen XML, 32,000 characters at a time (continue with next_offset). Prefer the
     bounded reads: a whole project can be large."""
-    return _read(reads.export, _project(ctx, args.project), offset=args.offset)
+    return _read(reads.export, _project(ctx, args), offset=args.offset)
 
 
 @tool("project.suggest_placement", title="Suggest where something belongs", arguments=PlacementArguments)
@@ -161,4 +195,20 @@ def project_suggest_placement(ctx: CallContext, args: PlacementArguments) -> dic
     """Rank the POUs, configurations and resources where something about a topic belongs, by their names,
     documentation and the variables they declare; each POU names the task or resource instances it runs
     in. Use before change_group.stage to pick a scope."""
-    return _read(reads.suggest_placement, _project(ctx, args.project), args.topic, limit=args.limit)
+    return _read(reads.suggest_placement, _project(ctx, args), args.topic, limit=args.limit)
+
+
+@tool("session.request_access", title="Request access to a project", arguments=AccessArguments, read_only=False)
+def session_request_access(ctx: CallContext, args: AccessArguments) -> dict[str, Any]:
+    """Ask the operators for access to a project for this session (the first project call does it too),
+    or see where the request stands: pending, allowed, denied, revoked or ended. Stateless clients get a
+    session_handle here (omit it the first time) and pass it with every project call."""
+    project = _visible(ctx, args.project)
+    session = _session_for(ctx, args.session_handle)
+    if session is None:
+        session = consent.mint_handle(ctx.token, ctx.revision, ctx.client_info)
+    request = consent.raise_request(ctx.token, session, project)
+    answer: dict[str, Any] = {"project": project.slug, "state": request.state}
+    if session.transport == Transport.HANDLE:
+        answer["session_handle"] = session.id
+    return answer

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.conf import settings
 
-from mcp_api import hotpath
+from mcp_api import consent, hotpath
 from mcp_api.protocol import SERVER_NAME, SERVER_VERSION, CallContext
 from mcp_api.revisions import ALL_REVISIONS
 from mcp_api.tools import NoArguments, tool
@@ -43,6 +43,7 @@ def session_status(ctx: CallContext, args: NoArguments) -> dict[str, Any]:
         "session_id": session.id if session is not None else None,
         "stateless": ctx.stateless,
         "context_generation": session.context_generation if session is not None else 0,
+        "access": consent.grants_of(session) if session is not None else [],
         **_switch_status(),
     }
 

@@ -31,10 +31,43 @@ def steps(forge_server: LiveServer) -> str:
     return SLUG
 
 
-async def answer(client: Client, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+_handles: dict[str, str] = {}
+
+
+async def granted(client: Client, forge_server: LiveServer, project: str) -> dict[str, Any]:
+    """Ask for access as a client does, and allow it as an operator does (from a shell, by command)."""
+    asked = await client.call_tool("session.request_access", {"project": project, **_handle(client, project)})
+    state = asked.structured_content
+    if state["state"] == "pending":
+        await anyio.to_thread.run_sync(forge_server.manage, "access_requests", "allow", "--pending", "--as", "live")
+    if "session_handle" in state:
+        _handles[project] = state["session_handle"]
+    return _handle(client, project)
+
+
+def _handle(client: Client, project: str) -> dict[str, Any]:
+    stateless = client.protocol_version == "2026-07-28"
+    return {"session_handle": _handles[project]} if stateless and project in _handles else {}
+
+
+async def answer(
+    client: Client, tool: str, arguments: dict[str, Any], server: LiveServer | None = None
+) -> dict[str, Any]:
+    """A call that must succeed; the first project call of a session is granted first."""
+    if "project" in arguments and tool != "project.list":
+        arguments = {**arguments, **await granted(client, server or _server, arguments["project"])}
     result = await client.call_tool(tool, arguments)
     assert result.is_error is False, result.structured_content
     return result.structured_content
+
+
+_server: LiveServer
+
+
+@pytest.fixture(autouse=True)
+def _remember_server(forge_server: LiveServer) -> None:
+    global _server
+    _server = forge_server
 
 
 async def test_project_list_over_streamable_http_names_the_imported_project(forge_server, steps):
@@ -171,8 +204,9 @@ async def test_a_limit_over_200_over_streamable_http_is_invalid_params(forge_ser
 async def test_a_bad_cursor_at_2026_07_28_is_invalid_params(forge_server, steps):
     with anyio.fail_after(BOUND):
         async with streamable_client(forge_server, mode="2026-07-28") as client:
+            handle = await granted(client, forge_server, steps)
             with pytest.raises(MCPError) as raised:
-                await client.call_tool("project.find", {"project": steps, "cursor": "!!bad"})
+                await client.call_tool("project.find", {"project": steps, "cursor": "!!bad", **handle})
 
     assert raised.value.code == INVALID_PARAMS
     assert "cursor" in raised.value.message

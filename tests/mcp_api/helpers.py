@@ -309,3 +309,25 @@ def registered(tool: Tool) -> Iterator[Tool]:
         yield tool
     finally:
         REGISTRY.pop(tool.name, None)
+
+
+# --- consent ------------------------------------------------------------------------------------------
+
+
+def allow_project(raw_token: str, slug: str) -> str:
+    """An operator-allowed grant for this token on a project, through a stateless session handle (minted
+    once per token); returns the handle. A project that does not exist gets no grant."""
+    from mcp_api.consent import do_decide_access, mint_handle, raise_request
+    from mcp_api.models import AccessState, ClientToken, Transport
+    from mcp_api.services import token_digest
+    from projects.models import Project
+
+    token = ClientToken.objects.select_related("owner").get(digest=token_digest(raw_token))
+    handle = McpSession.objects.filter(token=token, transport=Transport.HANDLE, ended_at__isnull=True).first()
+    handle = handle or mint_handle(token, STATELESS, CLIENT_INFO)
+    project = Project.objects.filter(slug=slug).first()
+    if project is not None:
+        request = raise_request(token, handle, project)
+        if request.state == AccessState.PENDING:
+            do_decide_access(request.pk, allow=True, user=token.owner)
+    return handle.id

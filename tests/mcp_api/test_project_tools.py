@@ -15,7 +15,7 @@ from mcp_api.jsonrpc import INVALID_PARAMS
 from projects import plcopen
 from projects.models import Project
 from projects.services import do_import_project
-from tests.mcp_api.helpers import Response, send, stateless_headers, stateless_rpc
+from tests.mcp_api.helpers import Response, allow_project, send, stateless_headers, stateless_rpc
 from tests.projects.conftest import sample_bytes
 
 pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("mcp_on")]
@@ -108,7 +108,10 @@ def steps(transactional_db) -> Project:
 
 
 async def call(token: str, tool: str, arguments: dict[str, Any]) -> Response:
-    """One tools/call at 2026-07-28: a single POST, no session to open."""
+    """One tools/call at 2026-07-28: a single POST with the session handle of an allowed grant."""
+    if tool != "project.list" and isinstance(arguments.get("project"), str) and "session_handle" not in arguments:
+        handle = await database_sync_to_async(allow_project)(token, arguments["project"].strip().lower())
+        arguments = {**arguments, "session_handle": handle}
     return await send(
         "POST",
         "/mcp",
