@@ -5,7 +5,8 @@ from __future__ import annotations
 from django.contrib import admin, messages
 
 from forge_site.console import ReadOnlyModelAdmin
-from mcp_api.models import ClientToken, McpSession, ServerState
+from mcp_api.consent import AccessDecisionRefused, do_decide_access, do_revoke_access
+from mcp_api.models import AccessRequest, ClientToken, McpSession, ServerState
 from mcp_api.services import do_revoke_token, do_switch_mcp
 
 
@@ -73,3 +74,50 @@ class ServerStateAdmin(admin.ModelAdmin):
         changed = do_switch_mcp(enabled, acting_user=request.user.get_username())
         word = "on" if enabled else "off"
         self.message_user(request, f"MCP switched {word}." if changed else f"MCP was already {word}.", messages.SUCCESS)
+
+
+@admin.register(AccessRequest)
+class AccessRequestAdmin(ReadOnlyModelAdmin):
+    """Access requests (gate 2): allow, deny or revoke. Each decision is audited with the deciding user."""
+
+    list_display = ("project", "principal", "client_label", "state", "session_id", "created_at", "decided_by")
+    list_filter = ("state", "project")
+    list_select_related = ("project", "token__owner")
+    search_fields = ("project__slug", "token__label", "token__owner__username", "session__id")
+    actions = ["allow", "deny", "revoke"]
+
+    @admin.display(description="principal", ordering="token__owner__username")
+    def principal(self, request: AccessRequest) -> str:
+        return request.token.owner.get_username()
+
+    @admin.display(description="client")
+    def client_label(self, request: AccessRequest) -> str:
+        return request.token.label
+
+    def get_actions(self, request):
+        # ReadOnlyModelAdmin denies change permission, which hides actions; decisions check grant_access
+        # themselves (per project), so they are offered to every console user.
+        return {name: (func, name, desc) for func, name, desc in self._get_base_actions()}
+
+    @admin.action(description="Allow the selected pending requests")
+    def allow(self, request, queryset) -> None:
+        self._decide(request, queryset, lambda pk: do_decide_access(pk, allow=True, user=request.user))
+
+    @admin.action(description="Deny the selected pending requests")
+    def deny(self, request, queryset) -> None:
+        self._decide(request, queryset, lambda pk: do_decide_access(pk, allow=False, user=request.user))
+
+    @admin.action(description="Revoke the selected allowed grants")
+    def revoke(self, request, queryset) -> None:
+        self._decide(request, queryset, lambda pk: do_revoke_access(pk, user=request.user))
+
+    def _decide(self, request, queryset, decide) -> None:
+        done = 0
+        for pk in queryset.values_list("pk", flat=True):
+            try:
+                decide(pk)
+                done += 1
+            except AccessDecisionRefused as exc:
+                self.message_user(request, f"Request {pk}: {exc}", messages.ERROR)
+        if done:
+            self.message_user(request, f"Decided {done} request(s).", messages.SUCCESS)
