@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -101,8 +102,10 @@ async def streamable_client(
     token: str | None = None,
     responses: list[httpx2.Response] | None = None,
     transport: httpx2.AsyncBaseTransport | None = None,
+    **client_options: Any,
 ) -> AsyncIterator[Client]:
-    """The SDK client over Streamable HTTP; every HTTP response it gets is appended to `responses`."""
+    """The SDK client over Streamable HTTP; every HTTP response it gets is appended to `responses`;
+    `client_options` go to `mcp.client.Client` (e.g. message_handler)."""
 
     async def note(response: httpx2.Response) -> None:
         if responses is not None:
@@ -114,7 +117,10 @@ async def streamable_client(
         event_hooks={"response": [note]},
         transport=transport,
     )
-    async with http, Client(streamable_http_client(server.mcp_url, http_client=http), mode=mode) as client:
+    async with (
+        http,
+        Client(streamable_http_client(server.mcp_url, http_client=http), mode=mode, **client_options) as client,
+    ):
         yield client
 
 

@@ -3,13 +3,15 @@ deciding from a shell (`manage.py mcp_switch`, `manage.py access_requests`) as a
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from mcp.client import Client
 
-from tests.live import LiveServer, streamable_client
+from tests.live import LiveServer, scaleout_configured, streamable_client
 from tests.projects.conftest import SAMPLES_DIR, sample_bytes
 
 pytestmark = [pytest.mark.live, pytest.mark.anyio]
@@ -121,3 +123,61 @@ async def test_a_principal_without_view_permission_cannot_learn_a_project_name(f
     assert listing["projects"] == []
     assert existing["error"] == missing["error"] == "FORGE_ERR_NOT_FOUND"
     assert existing["message"].replace(SLUG, "X") == missing["message"].replace("no-such-project", "X")
+
+
+def list_changed_watcher():
+    """An event set when the client is told its tool list changed, and the message handler that sets it."""
+    changed = anyio.Event()
+
+    async def on_message(message) -> None:
+        if getattr(message, "method", "") == "notifications/tools/list_changed":
+            changed.set()
+
+    return changed, on_message
+
+
+def console_switch(server: LiveServer, action: str) -> None:
+    """An operator logs in to the console and switches MCP with the server-state action."""
+    with httpx.Client(base_url=server.base, follow_redirects=True) as browser:
+        login = browser.get("/console/login/")
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', login.text).group(1)
+        browser.post(
+            "/console/login/",
+            data={"csrfmiddlewaretoken": token, "username": "live", "password": "live-operator-password-1"},
+        )
+        page = browser.get("/console/mcp_api/serverstate/")
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+        done = browser.post(
+            "/console/mcp_api/serverstate/",
+            data={"csrfmiddlewaretoken": token, "action": action, "_selected_action": ["1"]},
+        )
+        assert "MCP switched" in done.text, done.text[-2000:]
+
+
+async def test_an_open_session_stream_is_told_when_mcp_is_switched_off_in_the_console(forge_server, project):
+    changed, on_message = list_changed_watcher()
+    try:
+        with anyio.fail_after(BOUND):
+            async with streamable_client(forge_server, mode="legacy", message_handler=on_message) as client:
+                await client.call_tool("session.status", {})
+                await anyio.to_thread.run_sync(console_switch, forge_server, "switch_off")
+                await changed.wait()
+                tools = [tool.name for tool in (await client.list_tools()).tools]
+    finally:
+        await operator(forge_server, "mcp_switch", "on")
+
+    assert tools == ["server_info", "session.status"]
+
+
+@pytest.mark.scaleout
+@pytest.mark.skipif(not scaleout_configured(), reason="another process reaches the server's streams only through Redis")
+async def test_an_open_session_stream_is_told_when_another_process_switches_mcp_off(forge_server, project):
+    changed, on_message = list_changed_watcher()
+    try:
+        with anyio.fail_after(BOUND):
+            async with streamable_client(forge_server, mode="legacy", message_handler=on_message) as client:
+                await client.call_tool("session.status", {})
+                await operator(forge_server, "mcp_switch", "off")
+                await changed.wait()
+    finally:
+        await operator(forge_server, "mcp_switch", "on")
