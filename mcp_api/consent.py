@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from audit.models import EventKind
 from audit.services import record
+from mcp_api.live import notify_console
 from mcp_api.models import AccessRequest, AccessState, ClientToken, McpSession, Transport
 from projects.models import Project
 
@@ -61,6 +62,7 @@ def raise_request(token: ClientToken, session: McpSession, project: Project) -> 
             if not created:
                 request.state, request.decided_at, request.decided_by = AccessState.PENDING, None, ""
                 request.save(update_fields=["state", "decided_at", "decided_by"])
+            notify_console("access_requests")
             record(
                 EventKind.ACCESS_REQUEST,
                 outcome="pending",
@@ -120,6 +122,7 @@ def _decide(request: AccessRequest, state: AccessState, user: AbstractBaseUser) 
     request.state, request.decided_at, request.decided_by = state, timezone.now(), user.get_username()
     request.save(update_fields=["state", "decided_at", "decided_by"])
     McpSession.objects.filter(pk=request.session_id).update(context_generation=F("context_generation") + 1)
+    notify_console("access_requests")
     _audit_decision(request, user, str(state))
 
 

@@ -12,8 +12,6 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
@@ -23,6 +21,7 @@ from audit.services import AuditUnavailable, record
 from forge_site.console import OPERATORS_GROUP
 from mcp_api import hotpath
 from mcp_api.consent import end_grants
+from mcp_api.live import notify_console, notify_streams
 from mcp_api.models import (
     BROADCAST_GROUP,
     ClientToken,
@@ -132,6 +131,7 @@ def do_open_session(
             client_info=client_info or {},
             initialized=initialized,
         )
+        notify_console("sessions")
         record(
             EventKind.SESSION_OPENED,
             arguments={"transport": str(transport), "protocol_version": protocol_version, "client": client_info or {}},
@@ -157,6 +157,7 @@ def do_end_session(session: McpSession, *, reason: str) -> bool:
         if not ended:
             return False
         end_grants(reason="session ended", session=session)
+        notify_console("sessions")
         record(
             EventKind.SESSION_ENDED,
             arguments={"reason": reason},
@@ -167,13 +168,6 @@ def do_end_session(session: McpSession, *, reason: str) -> bool:
         )
         transaction.on_commit(lambda: notify_streams(session_group(session.id), "mcp.session_ended"))
     return True
-
-
-def notify_streams(group: str, event_type: str, **payload) -> None:
-    """Send an event to every stream in a channel-layer group, whichever process holds it."""
-    layer = get_channel_layer()
-    if layer is not None:
-        async_to_sync(layer.group_send)(group, {"type": event_type, **payload})
 
 
 def do_create_operator(name: str, password: str, *, acting_user: str):
@@ -216,6 +210,7 @@ def do_switch_mcp(enabled: bool, *, acting_user: str) -> bool:
         state.save()
         if not enabled:
             end_grants(reason="MCP switched off")
+        notify_console("mcp")
         record(
             EventKind.MCP_SWITCHED,
             arguments={"enabled": enabled},
