@@ -3,13 +3,16 @@
 
 Needs only Python 3.11+. Both commands create `.venv/` and install the project into it when missing or
 when pyproject.toml changed, so they are safe to run again. `up` also migrates the database, creates the
-secrets, a demo operator and a demo token, prints how to connect, and serves on 127.0.0.1.
+secrets, a demo operator and a demo token, prints how to connect, and serves on 127.0.0.1. `test` also
+installs Debian's chromium for the browser tests when it is missing and this is root on a machine with
+apt-get (Playwright's own browser download is never used); otherwise those tests skip and say why.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -20,6 +23,8 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 PYTHON = VENV / "bin" / "python"
 STAMP = VENV / ".forge-installed"
+# The browser tests launch this binary (tests/browser/conftest.py); Debian's `chromium` package puts it there.
+CHROMIUM = Path("/usr/bin/chromium")
 
 
 def ensure_environment(extras: str) -> None:
@@ -48,6 +53,30 @@ def requirements(extras: str) -> list[str]:
     return wanted
 
 
+def ensure_chromium() -> None:
+    """Install Debian's chromium for the browser tests when it is missing and we are allowed to.
+
+    Never fatal: a machine where this cannot work (not root, no apt-get, no network) still runs the rest
+    of the suite, and the browser tests skip with the reason.
+    """
+    if CHROMIUM.exists():
+        return
+    apt_get = shutil.which("apt-get")
+    if os.geteuid() != 0 or apt_get is None:
+        why = "not running as root" if apt_get else "no apt-get on this machine"
+        print(f"# {CHROMIUM} is missing and cannot be installed here ({why}): the browser tests will skip", flush=True)
+        return
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for step in ([apt_get, "update"], [apt_get, "install", "-y", "--no-install-recommends", "chromium"]):
+        print(f"# {CHROMIUM} is missing, for the browser tests: {' '.join(step)}", flush=True)
+        done = subprocess.run(step, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if done.returncode != 0:
+            tail = "\n".join(done.stdout.splitlines()[-15:])
+            print(f"{tail}\n# that failed (exit {done.returncode}): the browser tests will skip", flush=True)
+            return
+    print(f"# installed Debian's chromium at {CHROMIUM}", flush=True)
+
+
 def manage(*args: str) -> None:
     subprocess.run([str(PYTHON), "manage.py", *args], cwd=ROOT, check=True)
 
@@ -64,6 +93,7 @@ def up(argv: list[str]) -> None:
 
 def test(argv: list[str]) -> None:
     ensure_environment("[dev]")
+    ensure_chromium()
     os.chdir(ROOT)
     os.execv(str(PYTHON), [str(PYTHON), "-m", "pytest", *argv])
 

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
 from rest_framework.decorators import api_view, permission_classes
 from rest_framework.exceptions import APIException, NotFound
 from rest_framework.permissions import BasePermission
@@ -28,20 +30,13 @@ from audit import merkle
 from audit.models import AuditCheckpoint, AuditEvent, EventKind
 from audit.services import DatabaseNodeStore, checkpoint_public_key, event_line
 from forge_site.console import is_operator
+from forge_site.rest import BadParameter, next_page_url, query_parameters, refusal, whole_number
 
 PAGE_SIZE = 50
 MAX_PAGE_SIZE = 200
 EVENT_FILTERS = ("kind", "tool", "called_by", "session", "project")
 EVENT_PARAMETERS = frozenset({*EVENT_FILTERS, "since", "until", "seq_after", "limit"})
-MAX_SEQ = 2**63 - 1  # the BigIntegerField's range
-_WHOLE_NUMBER = re.compile(r"[0-9]{1,19}")
 LATEST = "GET /api/audit/checkpoint gives the latest signed size"
-
-
-class BadParameter(APIException):
-    status_code = 400
-    default_code = "bad_parameter"
-    default_detail = "A query parameter is not valid."
 
 
 class TreeIncomplete(APIException):
@@ -58,20 +53,109 @@ class IsOperator(BasePermission):
         return is_operator(request.user)
 
 
+# --- documented shapes (the views build these bodies; the serializers describe them in the schema) --
+
+
+class EventRow(serializers.Serializer):
+    seq = serializers.IntegerField(help_text="The event's position in the log, from 1; leaf seq - 1 of the tree.")
+    ts = serializers.CharField(help_text="When it was recorded, UTC, ISO 8601.")
+    kind = serializers.ChoiceField(choices=EventKind.choices)
+    tool = serializers.CharField()
+    arguments = serializers.DictField(help_text="The call's arguments, secrets masked.")
+    outcome = serializers.CharField()
+    called_by = serializers.CharField()
+    session = serializers.CharField()
+    client_label = serializers.CharField()
+    project = serializers.CharField()
+    prev_mac = serializers.CharField(help_text="The MAC of the event before it (the hash chain).")
+    mac = serializers.CharField()
+
+
+class EventPage(serializers.Serializer):
+    events = EventRow(many=True, help_text="The canonical rows: each one's canonical JSON is its Merkle leaf.")
+    next = serializers.URLField(allow_null=True, help_text="The URL of the next page, or null on the last one.")
+
+
+class PublicKey(serializers.Serializer):
+    key_name = serializers.CharField()
+    origin = serializers.CharField()
+    ed25519_public_key = serializers.CharField(help_text="Base64.")
+    verifier_key = serializers.CharField(help_text="The signed-note verifier key string.")
+
+
+class Checkpoint(serializers.Serializer):
+    size = serializers.IntegerField()
+    root = serializers.CharField(help_text="Base64 of the tree's root hash at this size.")
+    note = serializers.CharField(help_text="The signed checkpoint note.")
+    public_key = PublicKey()
+
+
+class InclusionProof(serializers.Serializer):
+    seq = serializers.IntegerField()
+    leaf_index = serializers.IntegerField()
+    size = serializers.IntegerField()
+    leaf_hash = serializers.CharField(help_text="Base64.")
+    proof = serializers.ListField(child=serializers.CharField(), help_text="Base64 hashes, leaf to root.")
+    root = serializers.CharField(help_text="Base64.")
+    note = serializers.CharField(help_text="The checkpoint note that signs the root.")
+
+
+class ConsistencyProof(serializers.Serializer):
+    # "from" is a Python keyword: declared as from_ and renamed on the wire below.
+    from_ = serializers.IntegerField()
+    to = serializers.IntegerField()
+    proof = serializers.ListField(child=serializers.CharField(), help_text="Base64 hashes.")
+    root_from = serializers.CharField(help_text="Base64.")
+    root_to = serializers.CharField(help_text="Base64.")
+    note_from = serializers.CharField()
+    note_to = serializers.CharField()
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        fields = super().get_fields()
+        return {"from": fields.pop("from_"), **fields}
+
+
+REFUSED = {
+    400: refusal("A query parameter is unknown, repeated or not valid."),
+    401: refusal("No credentials, or a token that is unknown, expired or revoked."),
+}
+NOT_SIGNED = {404: refusal("No checkpoint was signed at a size asked for.")}
+TREE_INCOMPLETE = {503: refusal("The stored tree lacks nodes the proof needs.")}
+
+
+def _sizes(*names_and_descriptions: tuple[str, str]) -> list[OpenApiParameter]:
+    return [
+        OpenApiParameter(name, OpenApiTypes.INT, required=True, description=description)
+        for name, description in names_and_descriptions
+    ]
+
+
 # --- views -----------------------------------------------------------------------------------------
 
 
+@extend_schema(
+    summary="Audit events",
+    parameters=[
+        OpenApiParameter("kind", OpenApiTypes.STR, enum=EventKind.values),
+        *(OpenApiParameter(name, OpenApiTypes.STR) for name in EVENT_FILTERS if name != "kind"),
+        OpenApiParameter("since", OpenApiTypes.DATETIME, description="From this instant on (ISO 8601)."),
+        OpenApiParameter("until", OpenApiTypes.DATETIME, description="Before this instant (ISO 8601)."),
+        OpenApiParameter("seq_after", OpenApiTypes.INT, description="The seq of the last event already read."),
+        OpenApiParameter("limit", OpenApiTypes.INT, description=f"The page size, 1 to {MAX_PAGE_SIZE}."),
+    ],
+    responses={200: EventPage, **REFUSED, 403: refusal("Not a console operator.")},
+)
 @api_view(["GET"])
 @permission_classes([IsOperator])
 def events(request: Request) -> Response:
     """Events in sequence order, filtered; `next` is the URL of the following page, or null."""
-    params = _parameters(request, EVENT_PARAMETERS)
+    params = query_parameters(request, EVENT_PARAMETERS)
     kind = params.get("kind")
     if kind is not None and kind not in EventKind.values:
         raise BadParameter(f"kind must be one of {', '.join(EventKind.values)}; got {kind!r}.")
     since, until = _instant(params, "since"), _instant(params, "until")
-    seq_after = _whole_number(params, "seq_after", "the seq of the last event already read", minimum=0, default=0)
-    limit = _whole_number(params, "limit", "the page size", minimum=1, maximum=MAX_PAGE_SIZE, default=PAGE_SIZE)
+    seq_after = whole_number(params, "seq_after", "the seq of the last event already read", minimum=0, default=0)
+    limit = whole_number(params, "limit", "the page size", minimum=1, maximum=MAX_PAGE_SIZE, default=PAGE_SIZE)
 
     found = AuditEvent.objects.filter(
         seq__gt=seq_after, **{name: params[name] for name in EVENT_FILTERS if name in params}
@@ -85,16 +169,18 @@ def events(request: Request) -> Response:
     following = None
     if len(page) > limit:
         page = page[:limit]
-        query = request.query_params.copy()
-        query["seq_after"] = str(page[-1].seq)
-        following = request.build_absolute_uri(f"{request.path}?{query.urlencode()}")
+        following = next_page_url(request, "seq_after", str(page[-1].seq))
     return Response({"events": [json.loads(event_line(event)) for event in page], "next": following})
 
 
+@extend_schema(
+    summary="The latest signed checkpoint",
+    responses={200: Checkpoint, **REFUSED, 404: refusal("No checkpoint has been signed yet.")},
+)
 @api_view(["GET"])
 def checkpoint(request: Request) -> Response:
     """The latest signed checkpoint and the key that checks it."""
-    _parameters(request, frozenset())
+    query_parameters(request, frozenset())
     latest = AuditCheckpoint.objects.order_by("-size").first()
     if latest is None:
         raise NotFound(
@@ -107,12 +193,17 @@ def checkpoint(request: Request) -> Response:
     )
 
 
+@extend_schema(
+    summary="Inclusion proof of an event",
+    parameters=_sizes(("seq", "The seq of the event."), ("size", "The size of a signed checkpoint.")),
+    responses={200: InclusionProof, **REFUSED, **NOT_SIGNED, **TREE_INCOMPLETE},
+)
 @api_view(["GET"])
 def inclusion_proof(request: Request) -> Response:
     """RFC 9162 inclusion proof of event `seq` in the tree of a signed checkpoint's `size`."""
-    params = _parameters(request, frozenset({"seq", "size"}))
-    seq = _whole_number(params, "seq", "the seq of an event", minimum=1)
-    size = _whole_number(params, "size", f"the size of a signed checkpoint ({LATEST})", minimum=1)
+    params = query_parameters(request, frozenset({"seq", "size"}))
+    seq = whole_number(params, "seq", "the seq of an event", minimum=1)
+    size = whole_number(params, "size", f"the size of a signed checkpoint ({LATEST})", minimum=1)
     if seq > size:
         raise BadParameter(
             f"Event {seq} is not in a tree of {size} events; ask with a checkpoint size of at least {seq} ({LATEST})."
@@ -137,12 +228,19 @@ def inclusion_proof(request: Request) -> Response:
     )
 
 
+@extend_schema(
+    summary="Consistency proof between two checkpoints",
+    parameters=_sizes(
+        ("from", "The size of the older signed checkpoint."), ("to", "The size of the newer signed checkpoint.")
+    ),
+    responses={200: ConsistencyProof, **REFUSED, **NOT_SIGNED, **TREE_INCOMPLETE},
+)
 @api_view(["GET"])
 def consistency_proof(request: Request) -> Response:
     """RFC 9162 consistency proof that the tree at checkpoint size `to` extends the one at `from`."""
-    params = _parameters(request, frozenset({"from", "to"}))
-    old = _whole_number(params, "from", f"the size of the older signed checkpoint ({LATEST})", minimum=1)
-    new = _whole_number(params, "to", f"the size of the newer signed checkpoint ({LATEST})", minimum=1)
+    params = query_parameters(request, frozenset({"from", "to"}))
+    old = whole_number(params, "from", f"the size of the older signed checkpoint ({LATEST})", minimum=1)
+    new = whole_number(params, "to", f"the size of the newer signed checkpoint ({LATEST})", minimum=1)
     if old >= new:
         raise BadParameter(f"from must be smaller than to; got from={old} and to={new}.")
     signed = _signed_checkpoints(old, new)
@@ -162,32 +260,6 @@ def consistency_proof(request: Request) -> Response:
 
 
 # --- parsing and fetching --------------------------------------------------------------------------
-
-
-def _parameters(request: Request, allowed: frozenset[str]) -> dict[str, str]:
-    """The query parameters, each given once; an unknown one is refused rather than silently ignored."""
-    query = request.query_params
-    for name in query:
-        if name not in allowed:
-            takes = f"takes {', '.join(sorted(allowed))}" if allowed else "takes no parameters"
-            raise BadParameter(f"Unknown parameter {name!r}: this endpoint {takes}.")
-        if len(query.getlist(name)) > 1:
-            raise BadParameter(f"Send {name} once.")
-    return {name: query[name] for name in query}
-
-
-def _whole_number(
-    params: dict[str, str], name: str, what: str, *, minimum: int, maximum: int = MAX_SEQ, default: int | None = None
-) -> int:
-    text = params.get(name)
-    if text is None:
-        if default is None:
-            raise BadParameter(f"Send {name}: {what}, a whole number from {minimum}.")
-        return default
-    if not _WHOLE_NUMBER.fullmatch(text) or not minimum <= int(text) <= maximum:
-        bound = f"from {minimum} to {maximum}" if maximum < MAX_SEQ else f"from {minimum}"
-        raise BadParameter(f"{name} must be {what}, a whole number {bound}; got {text[:40]!r}.")
-    return int(text)
 
 
 def _instant(params: dict[str, str], name: str) -> datetime | None:

@@ -11,6 +11,7 @@ from django.core.asgi import get_asgi_application
 django_application = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 from django.urls import path, re_path  # noqa: E402
 
 from mcp_api.consumers import LegacyMessagesConsumer, LegacySseConsumer, StreamableHttpConsumer  # noqa: E402
@@ -26,7 +27,10 @@ application = ProtocolTypeRouter(
                 path("mcp/", StreamableHttpConsumer.as_asgi()),
                 path("sse", LegacySseConsumer.as_asgi()),
                 path("messages/", LegacyMessagesConsumer.as_asgi()),
-                re_path(r"", django_application),
+                # The console's stylesheets and scripts (the admin's static files under STATIC_URL) come
+                # from the installed apps through Django itself: a console on loopback needs no
+                # collectstatic step and no web server in front. Everything else goes to the views.
+                re_path(r"", ASGIStaticFilesHandler(django_application)),
             ]
         ),
     }

@@ -33,13 +33,15 @@ CSRF_TRUSTED_ORIGINS = FORGE_ALLOWED_ORIGINS
 
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
+    "forge_site.apps.ConsoleAdminConfig",  # django.contrib.admin, with the console's site
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI's scripts and styles, served as static files: no CDN
     "channels",
     "guardian",
     "audit",
@@ -130,13 +132,28 @@ LOGIN_URL = "/console/login/"
 
 REST_FRAMEWORK = {
     # The bearer class comes first: REST framework takes the WWW-Authenticate of the first class, and
-    # without one it answers a request that carries no credentials 403 instead of 401.
+    # without one it answers a request that carries no credentials 403 instead of 401. The client and
+    # operator token classes each leave the other's prefix (fmcp_, fop_) alone.
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "mcp_api.rest.BearerTokenAuthentication",
+        "mcp_api.rest.OperatorTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "EXCEPTION_HANDLER": "forge_site.rest.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+
+# /api/schema/ and /api/docs/: for anyone the API itself lets in (a console login or a token).
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Forge MCP API",
+    "DESCRIPTION": "The operator API (sessions, access requests, the MCP switch) and the audit log's API.",
+    "VERSION": "1.0",  # the API's contract, not the package: change it when a client must change
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 # --- MCP ------------------------------------------------------------------------------------------

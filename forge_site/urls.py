@@ -3,12 +3,9 @@
 from django.contrib import admin
 from django.urls import include, path
 from django.views.generic import RedirectView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from forge_site import views
-
-admin.site.site_header = "Forge MCP console"
-admin.site.site_title = "Forge MCP"
-admin.site.index_title = "Console"
 
 urlpatterns = [
     path("", RedirectView.as_view(url="/console/", permanent=False)),
@@ -16,4 +13,8 @@ urlpatterns = [
     path("healthz", views.healthz),
     path("readyz", views.readyz),
     path("api/audit/", include("audit.urls")),
+    # The OpenAPI description of the REST APIs, and Swagger UI on it (its scripts served locally).
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/", include("mcp_api.urls")),
 ]

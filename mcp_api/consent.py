@@ -29,6 +29,18 @@ class AccessDecisionRefused(Exception):
     """A decision that cannot be made (already decided, no permission); nothing was changed."""
 
 
+class NoSuchAccessRequest(AccessDecisionRefused):
+    """The request id names no access request."""
+
+
+class GrantNotPermitted(AccessDecisionRefused):
+    """The deciding user lacks `grant_access` on the request's project (the attempt is audited)."""
+
+
+class AccessAlreadyDecided(AccessDecisionRefused):
+    """The request is no longer in the state the decision needs."""
+
+
 def _has(user: AbstractBaseUser, codename: str, project: Project) -> bool:
     perm = f"projects.{codename}"
     return user.is_active and (user.has_perm(perm) or user.has_perm(perm, project))
@@ -80,7 +92,7 @@ def do_decide_access(request_id: int, *, allow: bool, user: AbstractBaseUser) ->
     with transaction.atomic():
         request = _locked(request_id)
         if request.state != AccessState.PENDING:
-            raise AccessDecisionRefused(f"This request is {request.state} already; nothing was changed.")
+            raise AccessAlreadyDecided(f"This request is {request.state} already; nothing was changed.")
         _decide(request, AccessState.ALLOWED if allow else AccessState.DENIED, user)
     return request
 
@@ -91,7 +103,7 @@ def do_revoke_access(request_id: int, *, user: AbstractBaseUser) -> AccessReques
     with transaction.atomic():
         request = _locked(request_id)
         if request.state != AccessState.ALLOWED:
-            raise AccessDecisionRefused(f"Only an allowed grant can be revoked; this one is {request.state}.")
+            raise AccessAlreadyDecided(f"Only an allowed grant can be revoked; this one is {request.state}.")
         _decide(request, AccessState.REVOKED, user)
     return request
 
@@ -100,10 +112,10 @@ def _require_permission(request_id: int, user: AbstractBaseUser, verb: str) -> N
     """Refuse (and audit the attempt, in its own transaction) a decision by a user without grant_access."""
     request = AccessRequest.objects.select_related("token__owner", "project").filter(pk=request_id).first()
     if request is None:
-        raise AccessDecisionRefused("There is no such access request.")
+        raise NoSuchAccessRequest("There is no such access request.")
     if not can_grant(user, request.project):
         _audit_decision(request, user, "refused: no grant_access permission")
-        raise AccessDecisionRefused(f"You may not {verb} access to {request.project.slug}; ask its owner.")
+        raise GrantNotPermitted(f"You may not {verb} access to {request.project.slug}; ask its owner.")
 
 
 def _locked(request_id: int) -> AccessRequest:
@@ -114,7 +126,7 @@ def _locked(request_id: int) -> AccessRequest:
         .first()
     )
     if request is None:
-        raise AccessDecisionRefused("There is no such access request.")
+        raise NoSuchAccessRequest("There is no such access request.")
     return request
 
 

@@ -1,33 +1,48 @@
-"""Client tokens as a Django REST framework authentication, for the HTTP APIs beside /mcp.
+"""Client and operator tokens as Django REST framework authentications, for the HTTP APIs beside /mcp.
 
 The bearer token that opens MCP sessions also authenticates `/api/...` requests: the token's owner
 becomes the request's user and the token its `auth`, so an API's permissions see the same person the
-console does. Settings name this class by dotted path (REST_FRAMEWORK), which lets apps that must not
-import mcp_api (audit) still be reached with a token. An unknown, expired or revoked token is refused
-and audited as the MCP endpoint does.
+console does. An operator token (`fop_`, `mcp_api.operator_tokens`) authenticates its operator the same
+way, with the `OperatorToken` as `auth`. Both read `Authorization: Bearer`; each leaves the other's
+prefix to the next class, so either order works, and settings put the client class first (its
+WWW-Authenticate makes a request without credentials a 401). Settings name these classes by dotted path
+(REST_FRAMEWORK), which lets apps that must not import mcp_api (audit) still be reached with a token. An
+unknown, expired or revoked token is refused and audited as the MCP endpoint does.
+
+The OpenAPI extensions beside them describe both schemes to drf-spectacular.
 """
 
 from __future__ import annotations
 
 from django.contrib.auth.models import AbstractBaseUser
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.plumbing import build_bearer_security_scheme_object
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.request import Request
 
-from mcp_api.models import ClientToken
-from mcp_api.services import authenticate_bearer
+from mcp_api.models import ClientToken, OperatorToken
+from mcp_api.operator_tokens import OPERATOR_TOKEN_PREFIX, authenticate_operator_token
+from mcp_api.services import TOKEN_PREFIX, authenticate_bearer
 
 REALM = "forge-mcp"
 
 
+def bearer_credential(request: Request) -> str | None:
+    """The value after `Authorization: Bearer`, stripped; None when the request uses another scheme."""
+    scheme, _, credential = get_authorization_header(request).decode("latin-1").partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return credential.strip()
+
+
 class BearerTokenAuthentication(BaseAuthentication):
-    """`Authorization: Bearer <client token>`; other schemes are left to the next authentication class."""
+    """`Authorization: Bearer <client token>`; other schemes and operator tokens are left to the next class."""
 
     def authenticate(self, request: Request) -> tuple[AbstractBaseUser, ClientToken] | None:
-        scheme, _, credential = get_authorization_header(request).decode("latin-1").partition(" ")
-        if scheme.lower() != "bearer":
+        raw = bearer_credential(request)
+        if raw is None or raw.startswith(OPERATOR_TOKEN_PREFIX):
             return None
-        raw = credential.strip()
         if not raw:
             raise AuthenticationFailed("Send 'Authorization: Bearer <token>' with a client token after the scheme.")
         token = authenticate_bearer(raw, request.path)
@@ -38,3 +53,46 @@ class BearerTokenAuthentication(BaseAuthentication):
     def authenticate_header(self, request: Request) -> str:
         # Makes DRF answer 401 (not 403) to a request without credentials, with the scheme to use.
         return f'Bearer realm="{REALM}"'
+
+
+class OperatorTokenAuthentication(BaseAuthentication):
+    """`Authorization: Bearer fop_...`, an operator token; any other value is left to the other classes."""
+
+    def authenticate(self, request: Request) -> tuple[AbstractBaseUser, OperatorToken] | None:
+        raw = bearer_credential(request)
+        if raw is None or not raw.startswith(OPERATOR_TOKEN_PREFIX):
+            return None
+        token = authenticate_operator_token(raw, request.path)
+        if token is None:
+            raise AuthenticationFailed(
+                "This operator token is unknown or revoked, or its user is no longer an operator; make a new "
+                "one with 'manage.py create_operator_token'."
+            )
+        return token.user, token
+
+    def authenticate_header(self, request: Request) -> str:
+        return f'Bearer realm="{REALM}"'
+
+
+class ClientTokenScheme(OpenApiAuthenticationExtension):
+    target_class = BearerTokenAuthentication
+    name = "clientToken"
+
+    def get_security_definition(self, auto_schema) -> dict[str, str]:
+        return {
+            **build_bearer_security_scheme_object("Authorization", "Bearer", bearer_format=f"{TOKEN_PREFIX}..."),
+            "description": "A client token from the Forge console or 'manage.py create_token'.",
+        }
+
+
+class OperatorTokenScheme(OpenApiAuthenticationExtension):
+    target_class = OperatorTokenAuthentication
+    name = "operatorToken"
+
+    def get_security_definition(self, auto_schema) -> dict[str, str]:
+        return {
+            **build_bearer_security_scheme_object(
+                "Authorization", "Bearer", bearer_format=f"{OPERATOR_TOKEN_PREFIX}..."
+            ),
+            "description": "An operator token from 'manage.py create_operator_token'.",
+        }

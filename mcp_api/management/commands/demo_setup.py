@@ -2,7 +2,8 @@
 
 The demo operator's password and the demo client token are kept in `$FORGE_DATA_DIR/secrets/` (mode
 0600) so that running the quickstart again prints the same credentials; the database holds only the
-token's digest. Prints the URLs and a ready client configuration.
+token's digest. Prints the URLs and a ready client configuration (the console's dashboard shows the same
+configurations, with a placeholder for the token).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from mcp_api.console import client_configurations
 from mcp_api.services import authenticate_token, do_create_operator, do_create_token, do_switch_mcp
 from projects.demo import demo_project_bytes
 from projects.files import inside_root
@@ -31,18 +33,6 @@ def _write_secret(path: Path, value: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:
         handle.write(value + "\n")
-
-
-def client_configurations(url: str, sse_url: str, token: str) -> dict[str, object]:
-    header = {"Authorization": f"Bearer {token}"}
-    return {
-        "claude_desktop": {"mcpServers": {"forge": {"type": "http", "url": url, "headers": header}}},
-        "claude_code": f"claude mcp add --transport http forge {url} --header 'Authorization: Bearer {token}'",
-        "cursor": {"mcpServers": {"forge": {"url": url, "headers": header}}},
-        "inspector": f"npx @modelcontextprotocol/inspector --cli {url} --transport http "
-        f"--header 'Authorization: Bearer {token}' --method tools/list",
-        "legacy_sse": {"url": sse_url, "headers": header},
-    }
 
 
 class Command(BaseCommand):
@@ -73,6 +63,7 @@ class Command(BaseCommand):
         do_switch_mcp(True, acting_user="demo_setup")
         base = f"http://{host}:{port}"
         url, sse_url = f"{base}/mcp", f"{base}/sse"
+        configurations = client_configurations(url, sse_url, token)
         self.stdout.write(
             "\n".join(
                 [
@@ -85,8 +76,8 @@ class Command(BaseCommand):
                     "MCP is switched on for the demo; 'python manage.py mcp_switch off' (or the console) turns it off.",
                     "",
                     "Client configuration (Claude Desktop / Cursor mcp.json):",
-                    json.dumps(client_configurations(url, sse_url, token)["claude_desktop"], indent=2),
-                    "Claude Code: " + str(client_configurations(url, sse_url, token)["claude_code"]),
+                    json.dumps(configurations["claude_desktop"], indent=2),
+                    "Claude Code: " + str(configurations["claude_code"]),
                     "",
                 ]
             )

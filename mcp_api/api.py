@@ -1,0 +1,323 @@
+"""The operator REST API: open MCP sessions, access requests and their decisions, and the MCP switch.
+
+What the console's screens do, for an operator's scripts: list the open sessions and the access
+requests (keyset pages, as the audit events are paged), allow, deny or revoke a request through
+`mcp_api.consent`, and read or turn the switch through `do_switch_mcp`. Each view parses, authorizes,
+calls and serializes; every decision is audited by the function it calls, with the deciding operator.
+
+Only operators get in: a console login (REST framework enforces CSRF on its unsafe methods) or an
+operator token (`mcp_api.operator_tokens`). A client token authenticates, but is refused with a 403:
+it stands for an MCP client, which must never decide its own access. A decision the consent functions
+refuse is 404 (no such request), 403 (no `grant_access` on its project, audited there) or 409 (already
+decided), each with its FORGE_ERR code and a sentence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import Q
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from rest_framework import serializers
+from rest_framework.decorators import api_view, parser_classes, permission_classes, schema
+from rest_framework.exceptions import APIException, NotFound, PermissionDenied
+from rest_framework.parsers import JSONParser
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from forge_site.console import is_operator
+from forge_site.rest import BadParameter, next_page_url, query_parameters, refusal, whole_number
+from mcp_api.consent import (
+    AccessAlreadyDecided,
+    GrantNotPermitted,
+    NoSuchAccessRequest,
+    do_decide_access,
+    do_revoke_access,
+)
+from mcp_api.console import switch_position
+from mcp_api.models import AccessRequest, AccessState, McpSession, OperatorToken
+from mcp_api.services import do_switch_mcp
+
+PAGE_SIZE = 50
+MAX_PAGE_SIZE = 200
+PAGE_PARAMETERS = frozenset({"after", "limit"})
+
+
+class OperatorsOnly(BasePermission):
+    message = (
+        "Only console operators use this API: log in to the console, or send an operator token made with "
+        "'manage.py create_operator_token'. Client tokens are for MCP clients."
+    )
+
+    def has_permission(self, request: Request, view: object) -> bool:
+        # A session login has no `auth`; any token other than an operator's (a client token) is refused.
+        by_operator_credential = request.auth is None or isinstance(request.auth, OperatorToken)
+        return by_operator_credential and is_operator(request.user)
+
+
+class OperatorSchema(AutoSchema):
+    """Documents only the credentials these endpoints accept: the client token authenticates but is refused."""
+
+    def get_auth(self) -> list[dict[str, list[str]]]:
+        return [requirement for requirement in super().get_auth() if "clientToken" not in requirement]
+
+
+class AlreadyDecided(APIException):
+    status_code = 409
+    default_code = "access_already_decided"
+    default_detail = "This access request is decided already; nothing was changed."
+
+
+REFUSED = {
+    401: refusal("No credentials, or a token that is unknown or revoked."),
+    403: refusal("Not an operator, a client token, or (on a console login) a missing or forged CSRF token."),
+}
+BAD_PARAMETER = {400: refusal("A query parameter is unknown, repeated or out of range.")}
+DECISION_REFUSED = {
+    **REFUSED,
+    403: refusal(
+        "Not an operator, a client token, a missing or forged CSRF token, or no grant_access permission on "
+        "the request's project (that attempt is audited)."
+    ),
+    404: refusal("There is no access request with this id."),
+    409: refusal("The request is not in a state this decision applies to; nothing was changed."),
+    503: refusal("The audit log cannot be written, so nothing was done."),
+}
+PAGE_QUERY = [
+    OpenApiParameter(
+        "limit", OpenApiTypes.INT, description=f"The page size, 1 to {MAX_PAGE_SIZE}; {PAGE_SIZE} unless given."
+    ),
+]
+
+
+# --- serialized shapes -----------------------------------------------------------------------------
+
+
+class SessionRow(serializers.ModelSerializer):
+    revision = serializers.CharField(source="protocol_version", help_text="The MCP protocol revision it speaks.")
+    client_label = serializers.CharField(source="token.label", help_text="The label of the token that opened it.")
+    principal = serializers.CharField(source="token.owner.get_username", help_text="The token's owner.")
+
+    class Meta:
+        model = McpSession
+        fields = ["id", "transport", "revision", "client_label", "principal", "created_at"]
+
+
+class SessionPage(serializers.Serializer):
+    sessions = SessionRow(many=True)
+    next = serializers.URLField(allow_null=True, help_text="The URL of the next page, or null on the last one.")
+
+
+class AccessRequestRow(serializers.ModelSerializer):
+    project = serializers.CharField(source="project.slug", help_text="The project's slug.")
+    principal = serializers.CharField(source="token.owner.get_username", help_text="Who asks: the token's owner.")
+    client_label = serializers.CharField(source="token.label", help_text="The label of the token that asks.")
+    session = serializers.CharField(source="session_id", help_text="The session (or stateless handle) it is for.")
+
+    class Meta:
+        model = AccessRequest
+        fields = [
+            "id",
+            "state",
+            "project",
+            "principal",
+            "client_label",
+            "session",
+            "created_at",
+            "decided_at",
+            "decided_by",
+        ]
+
+
+class AccessRequestPage(serializers.Serializer):
+    access_requests = AccessRequestRow(many=True)
+    next = serializers.URLField(allow_null=True, help_text="The URL of the next page, or null on the last one.")
+
+
+class SwitchPosition(serializers.Serializer):
+    enabled = serializers.BooleanField(
+        help_text="Whether MCP clients can use their tools (read as every call reads it)."
+    )
+    changed_by = serializers.CharField(help_text="Who turned it last; empty if nobody has.")
+    changed_at = serializers.DateTimeField(allow_null=True, help_text="When it was turned last, or null.")
+
+
+class SwitchTurned(SwitchPosition):
+    changed = serializers.BooleanField(help_text="False when it already was in the position asked for.")
+
+
+class SwitchOrder(BaseModel):
+    """The body of PUT /api/mcp."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    enabled: bool = Field(description="true switches MCP on; false switches it off and ends every grant.")
+
+
+# --- views -----------------------------------------------------------------------------------------
+
+
+@extend_schema(
+    summary="Open MCP sessions",
+    description="Sessions not ended yet, oldest first; `next` is the URL of the following page, or null.",
+    parameters=[
+        OpenApiParameter("after", OpenApiTypes.STR, description="The id of the last session already read."),
+        *PAGE_QUERY,
+    ],
+    responses={200: SessionPage, **BAD_PARAMETER, **REFUSED},
+)
+@api_view(["GET"])
+@permission_classes([OperatorsOnly])
+@schema(OperatorSchema())
+def sessions(request: Request) -> Response:
+    params = query_parameters(request, PAGE_PARAMETERS)
+    limit = _page_size(params)
+    found = McpSession.objects.filter(ended_at__isnull=True)
+    after = params.get("after")
+    if after is not None:
+        last_read = McpSession.objects.filter(pk=after).values_list("created_at", flat=True).first()
+        if last_read is None:
+            raise BadParameter(f"after must be the id of a session already listed; got {after[:40]!r}.")
+        found = found.filter(Q(created_at__gt=last_read) | Q(created_at=last_read, pk__gt=after))
+    page = list(found.select_related("token__owner").order_by("created_at", "pk")[: limit + 1])
+    following = None
+    if len(page) > limit:
+        page = page[:limit]
+        following = next_page_url(request, "after", page[-1].pk)
+    return Response({"sessions": SessionRow(page, many=True).data, "next": following})
+
+
+@extend_schema(
+    summary="Access requests",
+    description="Access requests in the order they were raised, optionally in one state; `next` is the URL "
+    "of the following page, or null.",
+    parameters=[
+        OpenApiParameter(
+            "state", OpenApiTypes.STR, enum=AccessState.values, description="Only requests in this state."
+        ),
+        OpenApiParameter("after", OpenApiTypes.INT, description="The id of the last request already read."),
+        *PAGE_QUERY,
+    ],
+    responses={200: AccessRequestPage, **BAD_PARAMETER, **REFUSED},
+)
+@api_view(["GET"])
+@permission_classes([OperatorsOnly])
+@schema(OperatorSchema())
+def access_requests(request: Request) -> Response:
+    params = query_parameters(request, PAGE_PARAMETERS | {"state"})
+    limit = _page_size(params)
+    after = whole_number(params, "after", "the id of the last request already read", minimum=0, default=0)
+    found = AccessRequest.objects.filter(pk__gt=after)
+    state = params.get("state")
+    if state is not None:
+        if state not in AccessState.values:
+            raise BadParameter(f"state must be one of {', '.join(AccessState.values)}; got {state[:40]!r}.")
+        found = found.filter(state=state)
+    page = list(found.select_related("token__owner", "project").order_by("pk")[: limit + 1])
+    following = None
+    if len(page) > limit:
+        page = page[:limit]
+        following = next_page_url(request, "after", str(page[-1].pk))
+    return Response({"access_requests": AccessRequestRow(page, many=True).data, "next": following})
+
+
+def _decision(summary: str, description: str):
+    return extend_schema(
+        summary=summary, description=description, request=None, responses={200: AccessRequestRow, **DECISION_REFUSED}
+    )
+
+
+@_decision("Allow an access request", "Allow a pending request: the session may work on the project.")
+@api_view(["POST"])
+@permission_classes([OperatorsOnly])
+@schema(OperatorSchema())
+def allow(request: Request, request_id: int) -> Response:
+    return _decide(request_id, lambda pk, user: do_decide_access(pk, allow=True, user=user), request.user)
+
+
+@_decision("Deny an access request", "Deny a pending request: the session's project calls are refused.")
+@api_view(["POST"])
+@permission_classes([OperatorsOnly])
+@schema(OperatorSchema())
+def deny(request: Request, request_id: int) -> Response:
+    return _decide(request_id, lambda pk, user: do_decide_access(pk, allow=False, user=user), request.user)
+
+
+@_decision("Revoke a grant", "End an allowed grant: the session's next project call is refused.")
+@api_view(["POST"])
+@permission_classes([OperatorsOnly])
+@schema(OperatorSchema())
+def revoke(request: Request, request_id: int) -> Response:
+    return _decide(request_id, lambda pk, user: do_revoke_access(pk, user=user), request.user)
+
+
+@extend_schema(
+    methods=["GET"],
+    summary="Read the MCP switch",
+    description="Whether MCP is on, as every call reads it, and who turned it last.",
+    responses={200: SwitchPosition, **REFUSED},
+)
+@extend_schema(
+    methods=["PUT"],
+    summary="Turn the MCP switch",
+    description="Switch MCP on or off for every client; off ends every grant and tells open streams that "
+    "their tool list changed. Audited with the operator.",
+    request=SwitchOrder,
+    responses={
+        200: SwitchTurned,
+        **REFUSED,
+        400: refusal('The body is not {"enabled": true} or {"enabled": false}.'),
+        503: refusal("The audit log cannot be written, so nothing was done."),
+    },
+)
+@api_view(["GET", "PUT"])
+@parser_classes([JSONParser])
+@permission_classes([OperatorsOnly])
+@schema(OperatorSchema())
+def mcp_switch(request: Request) -> Response:
+    query_parameters(request, frozenset())
+    if request.method == "GET":
+        return Response(SwitchPosition(switch_position()).data)
+    order = _switch_order(request.data)
+    changed = do_switch_mcp(order.enabled, acting_user=request.user.get_username())
+    return Response({**SwitchPosition(switch_position()).data, "changed": changed})
+
+
+# --- parsing and calling ---------------------------------------------------------------------------
+
+
+def _page_size(params: dict[str, str]) -> int:
+    return whole_number(params, "limit", "the page size", minimum=1, maximum=MAX_PAGE_SIZE, default=PAGE_SIZE)
+
+
+def _switch_order(body: object) -> SwitchOrder:
+    try:
+        return SwitchOrder.model_validate(body)
+    except ValidationError as exc:
+        fields = sorted({".".join(str(part) for part in error["loc"]) or "the body" for error in exc.errors()})
+        raise BadParameter(
+            f'Send a JSON object {{"enabled": true}} or {{"enabled": false}} and nothing else; check '
+            f"{', '.join(fields)}."
+        ) from None
+
+
+def _decide(
+    request_id: int, decide: Callable[[int, AbstractBaseUser], AccessRequest], user: AbstractBaseUser
+) -> Response:
+    try:
+        decided = decide(request_id, user)
+    except NoSuchAccessRequest:
+        raise NotFound(
+            f"There is no access request {request_id}; GET /api/access-requests lists them.",
+            code="no_such_access_request",
+        ) from None
+    except GrantNotPermitted as exc:
+        raise PermissionDenied(str(exc), code="no_grant_access") from None
+    except AccessAlreadyDecided as exc:
+        raise AlreadyDecided(str(exc)) from None
+    return Response(AccessRequestRow(decided).data)

@@ -1,0 +1,170 @@
+"""The console's front page: the MCP switch, client configurations and the open MCP sessions.
+
+`ConsoleSite` is the Django admin site of the console (installed as the default site by
+`forge_site.apps.ConsoleAdminConfig`, so every `admin.register` lands on it). It adds the dashboard to
+the admin's index, above the usual list of apps, and one POST endpoint that turns the switch through
+`do_switch_mcp`, like the `mcp_switch` command and the server-state actions do. The client
+configurations here are also what `demo_setup` prints, there with the demo token filled in.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db.models import Count
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import URLPattern, URLResolver, path, reverse
+from django.views.decorators.http import require_POST
+
+from audit.services import AuditUnavailable
+from forge_site.console import is_operator
+from mcp_api.hotpath import mcp_enabled
+from mcp_api.models import McpSession, ServerState, Transport
+from mcp_api.services import do_switch_mcp
+
+log = logging.getLogger(__name__)
+
+TOKEN_PLACEHOLDER = "<your token>"
+OPEN_SESSIONS_SHOWN = 50
+
+
+def client_configurations(url: str, sse_url: str, token: str) -> dict[str, object]:
+    """Ready configurations for the usual clients, keyed by client; dicts are JSON files, strings commands."""
+    header = {"Authorization": f"Bearer {token}"}
+    return {
+        # Claude Desktop's config file starts local (stdio) servers; mcp-remote bridges one to this URL.
+        "claude_desktop": {
+            "mcpServers": {
+                "forge": {"command": "npx", "args": ["mcp-remote", url, "--header", f"Authorization: Bearer {token}"]}
+            }
+        },
+        "claude_code": f"claude mcp add --transport http forge {url} --header 'Authorization: Bearer {token}'",
+        "cursor": {"mcpServers": {"forge": {"url": url, "headers": header}}},
+        "inspector": f"npx @modelcontextprotocol/inspector --cli {url} --transport http "
+        f"--header 'Authorization: Bearer {token}' --method tools/list",
+        "legacy_sse": {"url": sse_url, "headers": header},
+    }
+
+
+@dataclass(frozen=True)
+class ClientConfiguration:
+    key: str
+    client: str
+    where: str
+    text: str
+
+
+# (key in client_configurations, client, where the text goes)
+SHOWN_CONFIGURATIONS = [
+    ("claude_desktop", "Claude Desktop", "claude_desktop_config.json"),
+    ("claude_code", "Claude Code", "a terminal"),
+    ("cursor", "Cursor", "~/.cursor/mcp.json, or .cursor/mcp.json in a project"),
+    ("inspector", "MCP Inspector", "a terminal (lists the tools)"),
+]
+
+
+def shown_configurations(request: HttpRequest) -> list[ClientConfiguration]:
+    """The configurations filled with the address the operator reached the console at. Raw tokens are
+    shown once, when made, and never stored, so a placeholder stands where the token goes."""
+    configurations = client_configurations(
+        request.build_absolute_uri("/mcp"), request.build_absolute_uri("/sse"), TOKEN_PLACEHOLDER
+    )
+    shown = []
+    for key, client, where in SHOWN_CONFIGURATIONS:
+        value = configurations[key]
+        text = value if isinstance(value, str) else json.dumps(value, indent=2)
+        shown.append(ClientConfiguration(key=key, client=client, where=where, text=text))
+    return shown
+
+
+@dataclass(frozen=True)
+class SwitchPosition:
+    enabled: bool
+    changed_by: str
+    changed_at: datetime | None
+
+
+def switch_position() -> SwitchPosition:
+    # The state is read as the hot path reads it (no row, or an unreadable one, is off): the console
+    # shows what clients get. The row only adds who turned it last.
+    state = ServerState.objects.filter(pk=1).first()
+    return SwitchPosition(
+        enabled=mcp_enabled(),
+        changed_by=state.changed_by if state else "",
+        changed_at=state.changed_at if state else None,
+    )
+
+
+@dataclass(frozen=True)
+class OpenSessions:
+    total: int
+    by_transport: list[tuple[str, int]]
+    shown: list[McpSession]
+
+
+def open_sessions() -> OpenSessions:
+    """Sessions not ended yet, newest first, at most OPEN_SESSIONS_SHOWN of them, with their counts."""
+    sessions = McpSession.objects.filter(ended_at__isnull=True)
+    counts = dict(sessions.order_by().values_list("transport").annotate(n=Count("pk")))
+    by_transport = [(value, counts[value]) for value in Transport.values if counts.get(value)]
+    shown = list(sessions.select_related("token__owner").order_by("-created_at")[:OPEN_SESSIONS_SHOWN])
+    return OpenSessions(total=sum(counts.values()), by_transport=by_transport, shown=shown)
+
+
+@dataclass(frozen=True)
+class Dashboard:
+    switch: SwitchPosition
+    may_switch: bool
+    sessions: OpenSessions | None  # None for staff who may not see the sessions list either
+    configurations: list[ClientConfiguration]
+
+
+def dashboard(request: HttpRequest) -> Dashboard:
+    may_see_sessions = request.user.has_perm("mcp_api.view_mcpsession")
+    return Dashboard(
+        switch=switch_position(),
+        may_switch=is_operator(request.user),
+        sessions=open_sessions() if may_see_sessions else None,
+        configurations=shown_configurations(request),
+    )
+
+
+@require_POST
+def switch_mcp(request: HttpRequest) -> HttpResponse:
+    """The dashboard's switch button: `position` is "on" or "off"."""
+    if not is_operator(request.user):
+        raise PermissionDenied("Only operators turn the MCP switch.")
+    position = request.POST.get("position")
+    if position not in ("on", "off"):
+        messages.error(request, "The switch takes on or off; nothing changed.")
+        return HttpResponseRedirect(reverse("admin:index"))
+    try:
+        changed = do_switch_mcp(position == "on", acting_user=request.user.get_username())
+    except AuditUnavailable:
+        log.exception("switching MCP %s from the console: the audit row could not be written", position)
+        messages.error(request, "MCP was not switched: the audit log could not be written (see the server log).")
+        return HttpResponseRedirect(reverse("admin:index"))
+    if not changed:
+        messages.info(request, f"MCP was already {position}.")
+    elif position == "on":
+        messages.success(request, "MCP switched on: clients can use the tools their tokens and grants allow.")
+    else:
+        messages.success(request, "MCP switched off: every client's access ends; open streams are told.")
+    return HttpResponseRedirect(reverse("admin:index"))
+
+
+class ConsoleSite(admin.AdminSite):
+    site_header = "Forge MCP console"
+    site_title = "Forge MCP"
+    index_title = "Console"
+
+    def get_urls(self) -> list[URLPattern | URLResolver]:
+        return [path("mcp-switch/", self.admin_view(switch_mcp), name="mcp_switch"), *super().get_urls()]
+
+    def index(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
+        return super().index(request, extra_context={"dashboard": dashboard(request), **(extra_context or {})})

@@ -1,0 +1,18 @@
+"""The operator API's HTTP routes, mounted at /api/ (see `mcp_api.api`)."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from mcp_api import api
+
+app_name = "mcp_api"
+
+urlpatterns = [
+    path("sessions", api.sessions, name="sessions"),
+    path("access-requests", api.access_requests, name="access-requests"),
+    path("access-requests/<int:request_id>/allow", api.allow, name="allow-access"),
+    path("access-requests/<int:request_id>/deny", api.deny, name="deny-access"),
+    path("access-requests/<int:request_id>/revoke", api.revoke, name="revoke-access"),
+    path("mcp", api.mcp_switch, name="mcp-switch"),
+]
