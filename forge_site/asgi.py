@@ -10,10 +10,12 @@ from django.core.asgi import get_asgi_application
 
 django_application = get_asgi_application()
 
+from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 from django.urls import path, re_path  # noqa: E402
 
+from mcp_api.console_stream import ConsoleEventsConsumer  # noqa: E402
 from mcp_api.consumers import LegacyMessagesConsumer, LegacySseConsumer, StreamableHttpConsumer  # noqa: E402
 from mcp_api.tools import ensure_loaded  # noqa: E402
 
@@ -27,6 +29,8 @@ application = ProtocolTypeRouter(
                 path("mcp/", StreamableHttpConsumer.as_asgi()),
                 path("sse", LegacySseConsumer.as_asgi()),
                 path("messages/", LegacyMessagesConsumer.as_asgi()),
+                # The console's live feed reads the operator's login from the session cookie.
+                path("console/events", AuthMiddlewareStack(ConsoleEventsConsumer.as_asgi())),
                 # The console's stylesheets and scripts (the admin's static files under STATIC_URL) come
                 # from the installed apps through Django itself: a console on loopback needs no
                 # collectstatic step and no web server in front. Everything else goes to the views.

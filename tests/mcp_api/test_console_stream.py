@@ -1,0 +1,48 @@
+"""The console's live feed: operators only; a new access request is announced to open pages."""
+
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.test import Client
+
+from mcp_api.consent import raise_request
+from mcp_api.models import Transport
+from mcp_api.services import do_open_session
+from projects.models import Project
+from tests.mcp_api.helpers import HOST, open_stream
+
+pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
+
+
+def session_cookie(user) -> list[tuple[bytes, bytes]]:
+    client = Client()
+    client.force_login(user)
+    cookie = client.cookies["sessionid"].value
+    return [(b"host", HOST.encode()), (b"cookie", f"sessionid={cookie}".encode())]
+
+
+async def test_a_visitor_without_an_operator_login_is_refused(cast):
+    async with open_stream("GET", "/console/events", headers=[(b"host", HOST.encode())]) as stream:
+        await stream.until_closed()
+
+    assert stream.status == 403
+
+
+async def test_an_operator_page_hears_of_a_new_access_request(cast):
+    headers = await sync_to_async(session_cookie)(cast.operator.user)
+
+    def raise_one() -> None:
+        project = Project.objects.create(slug="line-3", name="Line 3", path="line-3.xml", fingerprint="0" * 64)
+        session = do_open_session(
+            cast.caretaker.token, transport=Transport.STREAMABLE_HTTP, protocol_version="2025-11-25"
+        )
+        raise_request(cast.caretaker.token, session, project)
+
+    async with open_stream("GET", "/console/events", headers=headers) as stream:
+        await stream.first_chunk()
+        await sync_to_async(raise_one)()
+        whats = {(await stream.next_event()).json()["what"] for _ in range(2)}
+
+    assert stream.status == 200
+    assert whats == {"sessions", "access_requests"}
