@@ -24,7 +24,7 @@ from django.views.decorators.http import require_POST
 from audit.services import AuditUnavailable
 from forge_site.console import is_operator
 from mcp_api.hotpath import mcp_enabled
-from mcp_api.models import McpSession, ServerState, Transport
+from mcp_api.models import AccessRequest, AccessState, McpSession, ServerState, Transport
 from mcp_api.services import do_switch_mcp
 
 log = logging.getLogger(__name__)
@@ -122,6 +122,7 @@ class Dashboard:
     may_switch: bool
     sessions: OpenSessions | None  # None for staff who may not see the sessions list either
     configurations: list[ClientConfiguration]
+    pending_requests: int | None  # access requests waiting for a decision; None without the view permission
 
 
 def dashboard(request: HttpRequest) -> Dashboard:
@@ -131,6 +132,11 @@ def dashboard(request: HttpRequest) -> Dashboard:
         may_switch=is_operator(request.user),
         sessions=open_sessions() if may_see_sessions else None,
         configurations=shown_configurations(request),
+        pending_requests=(
+            AccessRequest.objects.filter(state=AccessState.PENDING).count()
+            if request.user.has_perm("mcp_api.view_accessrequest")
+            else None
+        ),
     )
 
 

@@ -254,3 +254,18 @@ def test_the_admin_app_list_stays_below_the_dashboard(operator_client):
 
     assert page.index('id="forge-dashboard"') < page.index('class="app-mcp_api module')
     assert reverse("admin:mcp_api_clienttoken_changelist") in page
+
+
+def test_the_dashboard_counts_the_access_requests_waiting_for_a_decision(operator_client, cast):
+    from mcp_api.consent import raise_request
+    from mcp_api.services import do_open_session
+    from projects.models import Project
+
+    project = Project.objects.create(slug="line-3", name="Line 3", path="line-3.xml", fingerprint="0" * 64)
+    session = do_open_session(cast.caretaker.token, transport="streamable-http", protocol_version="2025-11-25")
+    raise_request(cast.caretaker.token, session, project)
+
+    response = operator_client.get(reverse(DASHBOARD))
+
+    assert response.context["dashboard"].pending_requests == 1
+    assert 'id="pending-request-count">1<' in response.content.decode()
