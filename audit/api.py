@@ -53,7 +53,7 @@ class IsOperator(BasePermission):
         return is_operator(request.user)
 
 
-# --- documented shapes (the views build these bodies; the serializers describe them in the schema) --
+# --- documented shapes: the views build these bodies, the serializers describe them in the schema --
 
 
 class EventRow(serializers.Serializer):

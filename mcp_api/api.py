@@ -226,41 +226,56 @@ def access_requests(request: Request) -> Response:
     return Response({"access_requests": AccessRequestRow(page, many=True).data, "next": following})
 
 
-def _decision(summary: str, description: str):
-    return extend_schema(
+def _decision_view(
+    summary: str, description: str, decide: Callable[[int, AbstractBaseUser], AccessRequest]
+) -> Callable[..., Response]:
+    """POST /api/access-requests/<id>/<decision>: `decide` as the operator, the request as it is after."""
+
+    @extend_schema(
         summary=summary, description=description, request=None, responses={200: AccessRequestRow, **DECISION_REFUSED}
     )
+    @api_view(["POST"])
+    @permission_classes([OperatorsOnly])
+    @schema(OperatorSchema())
+    def decision(request: Request, request_id: int) -> Response:
+        try:
+            decided = decide(request_id, request.user)
+        except NoSuchAccessRequest:
+            raise NotFound(
+                f"There is no access request {request_id}; GET /api/access-requests lists them.",
+                code="no_such_access_request",
+            ) from None
+        except GrantNotPermitted as exc:
+            raise PermissionDenied(str(exc), code="no_grant_access") from None
+        except AccessAlreadyDecided as exc:
+            raise AlreadyDecided(str(exc)) from None
+        return Response(AccessRequestRow(decided).data)
+
+    return decision
 
 
-@_decision("Allow an access request", "Allow a pending request: the session may work on the project.")
-@api_view(["POST"])
-@permission_classes([OperatorsOnly])
-@schema(OperatorSchema())
-def allow(request: Request, request_id: int) -> Response:
-    return _decide(request_id, lambda pk, user: do_decide_access(pk, allow=True, user=user), request.user)
-
-
-@_decision("Deny an access request", "Deny a pending request: the session's project calls are refused.")
-@api_view(["POST"])
-@permission_classes([OperatorsOnly])
-@schema(OperatorSchema())
-def deny(request: Request, request_id: int) -> Response:
-    return _decide(request_id, lambda pk, user: do_decide_access(pk, allow=False, user=user), request.user)
-
-
-@_decision("Revoke a grant", "End an allowed grant: the session's next project call is refused.")
-@api_view(["POST"])
-@permission_classes([OperatorsOnly])
-@schema(OperatorSchema())
-def revoke(request: Request, request_id: int) -> Response:
-    return _decide(request_id, lambda pk, user: do_revoke_access(pk, user=user), request.user)
+allow = _decision_view(
+    "Allow an access request",
+    "Allow a pending request: the session may work on the project.",
+    lambda pk, user: do_decide_access(pk, allow=True, user=user),
+)
+deny = _decision_view(
+    "Deny an access request",
+    "Deny a pending request: the session's project calls are refused.",
+    lambda pk, user: do_decide_access(pk, allow=False, user=user),
+)
+revoke = _decision_view(
+    "Revoke a grant",
+    "End an allowed grant: the session's next project call is refused.",
+    lambda pk, user: do_revoke_access(pk, user=user),
+)
 
 
 @extend_schema(
     methods=["GET"],
     summary="Read the MCP switch",
     description="Whether MCP is on, as every call reads it, and who turned it last.",
-    responses={200: SwitchPosition, **REFUSED},
+    responses={200: SwitchPosition, **BAD_PARAMETER, **REFUSED},
 )
 @extend_schema(
     methods=["PUT"],
@@ -272,6 +287,7 @@ def revoke(request: Request, request_id: int) -> Response:
         200: SwitchTurned,
         **REFUSED,
         400: refusal('The body is not {"enabled": true} or {"enabled": false}.'),
+        415: refusal("The body is not sent as application/json."),
         503: refusal("The audit log cannot be written, so nothing was done."),
     },
 )
@@ -288,7 +304,7 @@ def mcp_switch(request: Request) -> Response:
     return Response({**SwitchPosition(switch_position()).data, "changed": changed})
 
 
-# --- parsing and calling ---------------------------------------------------------------------------
+# --- parsing ---------------------------------------------------------------------------------------
 
 
 def _page_size(params: dict[str, str]) -> int:
@@ -304,20 +320,3 @@ def _switch_order(body: object) -> SwitchOrder:
             f'Send a JSON object {{"enabled": true}} or {{"enabled": false}} and nothing else; check '
             f"{', '.join(fields)}."
         ) from None
-
-
-def _decide(
-    request_id: int, decide: Callable[[int, AbstractBaseUser], AccessRequest], user: AbstractBaseUser
-) -> Response:
-    try:
-        decided = decide(request_id, user)
-    except NoSuchAccessRequest:
-        raise NotFound(
-            f"There is no access request {request_id}; GET /api/access-requests lists them.",
-            code="no_such_access_request",
-        ) from None
-    except GrantNotPermitted as exc:
-        raise PermissionDenied(str(exc), code="no_grant_access") from None
-    except AccessAlreadyDecided as exc:
-        raise AlreadyDecided(str(exc)) from None
-    return Response(AccessRequestRow(decided).data)

@@ -48,7 +48,7 @@ def do_create_operator_token(user: AbstractBaseUser, label: str, *, acting_user:
         token = OperatorToken.objects.create(label=label, user=user, digest=token_digest(raw), prefix=raw[:12])
         record(
             EventKind.TOKEN_CREATED,
-            arguments={"label": label, "operator": user.get_username(), "kind": "operator"},
+            arguments={"label": label, "operator": user.get_username(), "kind": "operator", "prefix": token.prefix},
             outcome="created",
             called_by=acting_user or user.get_username(),
             client_label=label,
@@ -64,7 +64,8 @@ def do_revoke_operator_token(token: OperatorToken, *, acting_user: str) -> None:
             return
         record(
             EventKind.TOKEN_REVOKED,
-            arguments={"token": token.prefix, "kind": "operator"},
+            # "prefix", not "token": the audit log redacts values under a key named token.
+            arguments={"prefix": token.prefix, "kind": "operator"},
             outcome="revoked",
             called_by=acting_user,
             client_label=token.label,
