@@ -51,6 +51,7 @@ class McpSession(models.Model):
     initialized = models.BooleanField(default=False)
     context_generation = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
+    last_seen_at = models.DateTimeField(null=True, blank=True, editable=False, help_text="To the minute.")
     ended_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

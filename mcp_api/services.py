@@ -147,7 +147,14 @@ def find_session(token: ClientToken, session_id: str | None) -> McpSession | Non
     """The open session with this id opened by this token; another principal's id is 'no such session'."""
     if not session_id or len(session_id) > 64:
         return None
-    return hotpath.open_session_of(token, session_id)
+    session = hotpath.open_session_of(token, session_id)
+    if session is not None:
+        now = timezone.now()
+        if session.last_seen_at is None or now - session.last_seen_at > LAST_USED_RESOLUTION:
+            # At most one write a minute per session: the console's "last seen", not a hot-path cost.
+            McpSession.objects.filter(pk=session.pk).update(last_seen_at=now)
+            session.last_seen_at = now
+    return session
 
 
 def do_end_session(session: McpSession, *, reason: str) -> bool:

@@ -539,3 +539,11 @@ async def test_a_used_token_records_when_it_was_last_used(cast):
 
     await database_sync_to_async(cast.operator.token.refresh_from_db)()
     assert cast.operator.token.last_used_at is not None
+
+
+async def test_a_session_records_when_it_was_last_seen(cast):
+    session_id = await open_session(cast.operator.raw_token)
+
+    await post(cast.operator.raw_token, rpc("tools/list"), session_id=session_id)
+
+    assert (await mcp_session(session_id)).last_seen_at is not None
