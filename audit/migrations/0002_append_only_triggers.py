@@ -29,7 +29,7 @@ def create_triggers(apps, schema_editor) -> None:
                 "FOR EACH STATEMENT EXECUTE FUNCTION forge_audit_refuse_change()"
             )
         else:
-            raise NotImplementedError(f"no append-only triggers for the {vendor} database")
+            raise RuntimeError(f"Forge MCP runs on SQLite or PostgreSQL; {vendor} has no append-only triggers here")
 
 
 def create_function(apps, schema_editor) -> None:

@@ -41,7 +41,7 @@ class Arguments(BaseModel):
 
 
 class NoArguments(Arguments):
-    pass
+    """A tool that takes no arguments (any given is refused)."""
 
 
 class ToolError(Exception):

@@ -35,7 +35,7 @@ class ProjectArguments(Arguments):
 
 
 class AccessArguments(ProjectArguments):
-    pass
+    """session.request_access: the project, and for stateless clients the handle (omitted the first time)."""
 
 
 class FindArguments(ProjectArguments):
