@@ -20,7 +20,7 @@ def server_info(ctx: CallContext, args: NoArguments) -> dict[str, Any]:
         "name": SERVER_NAME,
         "version": SERVER_VERSION,
         "revisions": list(ALL_REVISIONS),
-        "transports": {"streamable_http": "/mcp", "legacy_sse": "/sse"},
+        "transports": {"streamable_http": "/mcp", "legacy_sse": "/sse", "stdio": "python manage.py mcp_stdio"},
         "override_securities": settings.FORGE_OVERRIDE_SECURITIES,
         "mcp_enabled": hotpath.mcp_enabled(),
         "trust_store_cas": [],
