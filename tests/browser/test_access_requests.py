@@ -67,6 +67,7 @@ def test_a_new_access_request_appears_live_and_once_allowed_the_client_reads(pag
     log_in(page, console_server)
     page.goto(f"{server.base}/console/mcp_api/accessrequest/")
     expect(page.locator("#content-main")).to_contain_text("0 access requests")
+    expect(page.locator("html")).to_have_attribute("data-forge-live", "open")  # the live feed is connected
 
     client = McpClient(console_server, token)
     refused = client.call("project.overview", {"project": SLUG})
