@@ -30,6 +30,7 @@ class EventKind(models.TextChoices):
     TOKEN_REVOKED = "token_revoked"
     MCP_SWITCHED = "mcp_switched"
     EXTERNAL_CHANGE = "external_change"
+    PROJECT_WRITTEN = "project_written"
     PROJECT_REGISTERED = "project_registered"
     AUTH_REFUSED = "auth_refused"
     ORIGIN_REFUSED = "origin_refused"

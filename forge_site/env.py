@@ -65,6 +65,21 @@ def envlist(name: str) -> list[str]:
     return [item.strip() for item in os.environ.get(name, "").split(",") if item.strip()]
 
 
+def envseconds(name: str) -> dict[str, float]:
+    """A mapping like "a=120,b=600" (name to seconds), for per-item overrides of a duration."""
+    found: dict[str, float] = {}
+    for item in envlist(name):
+        key, sep, value = item.partition("=")
+        try:
+            seconds = float(value.strip().removesuffix("s"))
+        except ValueError:
+            seconds = -1.0
+        if not sep or not key.strip() or seconds <= 0:
+            raise ImproperlyConfigured(f"{name}: {item!r} should read name=seconds, like project.write.add_pou=120.")
+        found[key.strip()] = seconds
+    return found
+
+
 def secret_file(directory: Path, name: str, nbytes: int = 32) -> str:
     """Return the secret stored in `directory/name`, creating it (mode 0600) on first use."""
     return create_once(directory / name, lambda: (secrets.token_urlsafe(nbytes) + "\n").encode()).decode().strip()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from forge_site.env import envbool, envcadence, envfloat, envint, envlist, envstr, secret_file
+from forge_site.env import envbool, envcadence, envfloat, envint, envlist, envseconds, envstr, secret_file
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -166,6 +166,20 @@ FORGE_PUBLIC_URL = envstr("FORGE_PUBLIC_URL", "")
 
 # --- Audit ----------------------------------------------------------------------------------------
 FORGE_AUDIT_CHECKPOINT_EVENTS, FORGE_AUDIT_CHECKPOINT_SECONDS = envcadence("FORGE_AUDIT_CHECKPOINT_EVERY", "1000,300s")
+
+# --- Confirmations and the executor (DESIGN section 9) -------------------------------------------------
+FORGE_CONFIRM_EXPIRY_SECONDS = envfloat("FORGE_CONFIRM_EXPIRY_SECONDS", 300.0, minimum=1.0)
+# Per-tool expiry, e.g. "project.write.remove_pou=120,project.write.set_pou_body=600" (seconds).
+FORGE_CONFIRM_EXPIRY_BY_TOOL = envseconds("FORGE_CONFIRM_EXPIRY_BY_TOOL")
+# How long a write call whose client streams (and sent a progress token) waits for the decision.
+FORGE_CONFIRM_WAIT_S = envfloat("FORGE_CONFIRM_WAIT_S", 60.0, minimum=0.0)
+FORGE_CONFIRM_PROGRESS_SECONDS = envfloat("FORGE_CONFIRM_PROGRESS_SECONDS", 5.0, minimum=0.05)
+# Capability adapters by dotted path: the executor holds no project or roster logic of its own.
+FORGE_CAPABILITIES = {"project.file": "projects.capability.ProjectFileCapability"}
+# The exact (capability, target kind, method) rules the executor may carry out; nothing else, no wildcards.
+FORGE_EXECUTOR_POLICY = frozenset({("project.file", "project_file", "apply_operations")})
+# An EXECUTING contract of a process that stopped answering for this long is handed to reconciliation.
+FORGE_EXECUTOR_LEASE_SECONDS = envfloat("FORGE_EXECUTOR_LEASE_SECONDS", 120.0, minimum=1.0)
 
 LOGGING = {
     "version": 1,

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from audit.models import EventKind
 from audit.services import record
-from mcp_api.live import notify_console
+from forge_site.live import notify_console
 from mcp_api.models import AccessRequest, AccessState, ClientToken, McpSession, Transport
 from projects.models import Project
 

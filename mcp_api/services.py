@@ -19,9 +19,9 @@ from django.utils import timezone
 from audit.models import EventKind
 from audit.services import AuditUnavailable, record
 from forge_site.console import OPERATORS_GROUP
+from forge_site.live import notify_console, notify_streams
 from mcp_api import hotpath
 from mcp_api.consent import end_grants
-from mcp_api.live import notify_console, notify_streams
 from mcp_api.models import (
     BROADCAST_GROUP,
     ClientToken,

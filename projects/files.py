@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Callable
 from pathlib import Path
 
 from django.conf import settings
@@ -13,8 +14,15 @@ class PathOutsideRoot(ValueError):
     """A project path that is not inside FORGE_PROJECTS_ROOT."""
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """Temporary file beside the target, fsync, rename over it, fsync the folder: all or nothing."""
+def _no_step(name: str) -> None:
+    """No-op step callback: nothing to mark at a write's boundaries."""
+
+
+def write_atomically(path: Path, data: bytes, step: Callable[[str], None] = _no_step) -> None:
+    """Temporary file beside the target, fsync, rename over it, fsync the folder: all or nothing.
+
+    `step` is called at the boundaries ("after_temp_write", "after_rename") for the executor's crash test.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
     try:
@@ -22,6 +30,7 @@ def write_atomically(path: Path, data: bytes) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+        step("after_temp_write")
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
@@ -30,6 +39,7 @@ def write_atomically(path: Path, data: bytes) -> None:
         os.fsync(folder)
     finally:
         os.close(folder)
+    step("after_rename")
 
 
 def inside_root(candidate: str | Path) -> Path:

@@ -109,12 +109,14 @@ def _audit_files_in_a_temporary_place(tmp_path_factory):
     from django.conf import settings
 
     from audit import keys
+    from confirmations import sealing
 
     folder = tmp_path_factory.mktemp("forge-data")
     settings.FORGE_AUDIT_LOG = folder / "audit" / "audit.jsonl"
     settings.FORGE_SECRETS_DIR = folder / "secrets"
     keys.hmac_key.cache_clear()
     keys.signing_key.cache_clear()
+    sealing.clear_key_cache()
     yield
 
 

@@ -1,0 +1,535 @@
+"""The one executor: every approved mutation is carried out here, under a recovery contract (reference 001).
+
+The executor owns policy, durable acquisition, the authoritative re-read, the one write, verification
+and the state record; a capability adapter (named in `FORGE_CAPABILITIES`, provided by the app that owns
+the target) only projects a target's natural identity, reads it, computes the new content as a pure
+function of the snapshot and the intent, writes it atomically and records the settled state. The
+sequence for a forward mutation:
+
+    prepare:  PREPARING (identity and intent sealed) -> read the target, refuse drift from what the
+              operator saw, compute the result -> PREPARED (snapshot sealed, expected result fingerprint)
+    execute:  PREPARED -> EXECUTING (target reserved) -> re-read, refuse drift -> write -> read back ->
+              VERIFIED (post-forward fingerprint sealed, reservation released, target settled)
+
+FAILED is entered only when no effect is proven (nothing was written, or a re-read shows the target as
+it was); anything ambiguous (an interrupted write, a read-back that matches neither before nor after)
+goes to RECONCILIATION, which keeps the target reserved until an operator concludes what happened. A
+contract is never re-sent: at start-up every EXECUTING or ROLLING_BACK contract whose process is gone
+moves to RECONCILIATION. Each transition is one transaction (compare state and version, update the
+MAC-bound record, reserve or release the target, append the MAC-chained event and the audit row).
+
+`step` callbacks mark the boundaries (before_write, after_temp_write, after_rename, before_verified);
+the crash test stops a worker at each of them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import socket
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from functools import cache
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from audit.models import EventKind
+from audit.services import record
+from caretaker.fingerprint import normalize_typed_id
+from confirmations import sealing
+from confirmations.models import (
+    IN_FLIGHT_STATES,
+    RESERVING_STATES,
+    RESOLUTIONS,
+    Contract,
+    ContractEvent,
+    ContractState,
+    PendingConfirmation,
+    TargetReservation,
+)
+from forge_site.capabilities import (
+    Capability,
+    ExecutionRefused,
+    Step,
+    TargetMissing,
+    no_step,
+)
+
+logger = logging.getLogger("forge.executor")
+
+S = ContractState
+PREPARED_VALIDITY = timedelta(seconds=60)
+
+
+class TargetBusy(ExecutionRefused):
+    def __init__(self, holder: Contract) -> None:
+        super().__init__(
+            "target_busy",
+            f"contract {holder.memorable_id} holds this target ({holder.state}); "
+            + (
+                "an operator must resolve its reconciliation first"
+                if holder.state == S.RECONCILIATION
+                else "try again when it has finished"
+            ),
+        )
+        self.holder_state = holder.state
+
+
+class StaleContract(ExecutionRefused):
+    def __init__(self) -> None:
+        super().__init__("stale", "the contract changed while this step was prepared; load it again")
+
+
+@cache
+def capability(name: str) -> Capability:
+    path = settings.FORGE_CAPABILITIES.get(name)
+    if path is None:
+        raise ExecutionRefused("policy", f"no capability adapter is configured for {name!r}")
+    return import_string(path)()
+
+
+def authorize(capability_name: str, target_kind: str, method: str) -> Capability:
+    """The adapter for an exact policy rule; anything not listed is refused (no prefixes, no wildcards)."""
+    if (capability_name, target_kind, method) not in settings.FORGE_EXECUTOR_POLICY:
+        raise ExecutionRefused(
+            "policy", f"the executor policy has no rule for ({capability_name}, {target_kind}, {method})"
+        )
+    adapter = capability(capability_name)
+    if adapter.target_kind != target_kind:
+        raise ExecutionRefused("policy", f"{capability_name} does not change targets of kind {target_kind}")
+    return adapter
+
+
+def executor_identity() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+# --- loading and the one transition function ------------------------------------------------------
+
+
+def load(contract_id: Any, *, for_update: bool = False) -> Contract:
+    """A contract whose record and event chain authenticate; ContractTampered otherwise."""
+    query = Contract.objects.select_for_update() if for_update else Contract.objects
+    contract = query.get(pk=contract_id)
+    verify(contract)
+    return contract
+
+
+def verify(contract: Contract) -> None:
+    sealing.check_mac(contract.mac_parts(), contract.mac, f"contract {contract.id}")
+    previous = ""
+    events = list(ContractEvent.objects.filter(contract=contract).order_by("version"))
+    for expected_version, event in enumerate(events, start=1):
+        if event.version != expected_version or event.prev_mac != previous:
+            raise sealing.ContractTampered(f"the event chain of contract {contract.id} is broken at {expected_version}")
+        sealing.check_mac(event.mac_parts(), event.mac, f"event {event.version} of contract {contract.id}")
+        previous = event.mac
+    if not events or events[-1].version != contract.version or events[-1].to_state != contract.state:
+        raise sealing.ContractTampered(f"contract {contract.id} does not match its last event")
+
+
+def _append_event(contract: Contract, from_state: str, actor: str, reason: str) -> None:
+    previous = (
+        ContractEvent.objects.filter(contract=contract, version=contract.version - 1)
+        .values_list("mac", flat=True)
+        .first()
+        or ""
+    )
+    event = ContractEvent(
+        contract=contract,
+        version=contract.version,
+        from_state=from_state,
+        to_state=contract.state,
+        at=contract.updated_at,
+        actor=actor[:200],
+        reason=reason[:200],
+        prev_mac=previous,
+    )
+    event.mac = sealing.mac(event.mac_parts())
+    event.save()
+    record(
+        EventKind.CONTRACT_TRANSITION,
+        tool=contract.capability,
+        arguments={
+            "contract": str(contract.id),
+            "memorable_id": contract.memorable_id,
+            "target_kind": contract.target_kind,
+            "method": contract.method,
+            "target_digest": contract.target_digest,
+            "from": from_state,
+            "to": contract.state,
+            "version": contract.version,
+            "reason": reason,
+        },
+        outcome=contract.state,
+        called_by=actor,
+    )
+
+
+def _reserve(contract: Contract) -> None:
+    holder = TargetReservation.objects.filter(target_digest=contract.target_digest).select_related("contract").first()
+    if holder is not None and holder.contract_id != contract.id:
+        raise TargetBusy(holder.contract)
+    if holder is None:
+        try:
+            with transaction.atomic():
+                TargetReservation.objects.create(
+                    target_digest=contract.target_digest, contract=contract, reserved_at=contract.updated_at
+                )
+        except IntegrityError:
+            raise TargetBusy(
+                TargetReservation.objects.select_related("contract").get(target_digest=contract.target_digest).contract
+            ) from None
+
+
+def transition(
+    contract: Contract,
+    to: str,
+    *,
+    actor: str,
+    reason: str = "",
+    changes: Mapping[str, Any] | None = None,
+    inside: Callable[[Contract], None] | None = None,
+    resolution: bool = False,
+) -> Contract:
+    """Move a contract to `to` in one transaction; refused unless declared and the record is unchanged."""
+    with transaction.atomic():
+        current = load(contract.pk, for_update=True)
+        if (current.state, current.version) != (contract.state, contract.version):
+            raise StaleContract()
+        if resolution:
+            if current.state != S.RECONCILIATION or to not in RESOLUTIONS.values():
+                Contract.check_transition(current.state, to)
+        else:
+            Contract.check_transition(current.state, to)
+        from_state = current.state
+        for name, value in (changes or {}).items():
+            setattr(current, name, value)
+        current.state = to
+        current.version += 1
+        current.updated_at = timezone.now()
+        current.detail = reason[:200]
+        current.mac = sealing.mac(current.mac_parts())
+        current.save()
+        if to in RESERVING_STATES:
+            _reserve(current)
+        else:
+            TargetReservation.objects.filter(contract=current).delete()
+        _append_event(current, from_state, actor, reason)
+        if inside is not None:
+            inside(current)
+    contract.__dict__.update(current.__dict__)
+    return contract
+
+
+# --- preparing and executing ----------------------------------------------------------------------
+
+
+def prepare(
+    *,
+    capability_name: str,
+    method: str,
+    target: Mapping[str, Any],
+    intent: Mapping[str, Any],
+    idempotency_key: str,
+    approval: Mapping[str, Any],
+    actor: str,
+    label: str = "",
+    expected_fingerprint: str = "",
+    confirmation: PendingConfirmation | None = None,
+) -> Contract:
+    """Record a contract and prepare it against the target as it is now. Returns the PREPARED contract;
+    raises ExecutionRefused (after recording FAILED) when the target drifted or the intent does not apply.
+    The same idempotency key is refused a second time: a confirmed request executes once."""
+    adapter = authorize(capability_name, adapter_kind(capability_name), method)
+    identity = adapter.identity(target)
+    identity_json = sealing.canonical_json(identity)
+    intent_json = sealing.canonical_json(intent)
+    now = timezone.now()
+    contract = Contract(
+        idempotency_digest=sealing.digest(
+            sealing.canonical_json({"capability": capability_name, "key": idempotency_key})
+        ),
+        confirmation=confirmation,
+        capability=capability_name,
+        target_kind=adapter.target_kind,
+        method=method,
+        target_digest=sealing.digest(identity_json),
+        intent_digest=sealing.digest(intent_json),
+        label=label[:200],
+        executor=executor_identity(),
+        state=S.PREPARING,
+        version=1,
+        created_at=now,
+        expires_at=now + PREPARED_VALIDITY,
+        updated_at=now,
+    )
+    contract.target_sealed = sealing.seal(str(contract.id), "target", identity_json)
+    contract.intent_sealed = sealing.seal(str(contract.id), "intent", intent_json)
+    contract.mac = sealing.mac(contract.mac_parts())
+    try:
+        with transaction.atomic():
+            contract.save(force_insert=True)
+            _append_event(contract, "", actor, "recorded")
+    except IntegrityError:
+        raise ExecutionRefused("duplicate", "this request was carried out (or refused) once already") from None
+
+    try:
+        observed = adapter.read(identity)
+        if expected_fingerprint and observed.fingerprint != expected_fingerprint:
+            raise ExecutionRefused("target_drift", "the target changed after the preview was made; nothing was written")
+        result = adapter.forward(identity, method, observed.content, intent)
+    except ExecutionRefused as refusal:
+        transition(contract, S.FAILED, actor=actor, reason=refusal.reason)
+        raise
+    evidence = {
+        **approval,
+        "nonce": secrets.token_hex(16),
+        "contract": str(contract.id),
+        "operation": str(contract.operation_id),
+        "target_digest": contract.target_digest,
+        "precondition_fingerprint": observed.fingerprint,
+        "intent_digest": contract.intent_digest,
+        "issued": now.isoformat(),
+        "expires": contract.expires_at.isoformat(),
+    }
+    return transition(
+        contract,
+        S.PREPARED,
+        actor=actor,
+        reason="prepared",
+        changes={
+            "precondition_fingerprint": observed.fingerprint,
+            "snapshot_sealed": sealing.seal(str(contract.id), "snapshot", observed.content),
+            "snapshot_digest": sealing.digest(observed.content),
+            "expected_post_fingerprint": adapter.fingerprint(result),
+            "confirmation_digest": sealing.mac({"evidence": evidence}),
+        },
+    )
+
+
+def adapter_kind(capability_name: str) -> str:
+    return capability(capability_name).target_kind
+
+
+def _opened(contract: Contract) -> tuple[Capability, dict[str, Any], dict[str, Any]]:
+    adapter = authorize(contract.capability, contract.target_kind, contract.method)
+    identity = json.loads(sealing.unseal(str(contract.id), "target", bytes(contract.target_sealed)))
+    intent = json.loads(sealing.unseal(str(contract.id), "intent", bytes(contract.intent_sealed)))
+    if sealing.digest(sealing.canonical_json(identity)) != contract.target_digest:
+        raise sealing.ContractTampered(f"the target of contract {contract.id} does not match its digest")
+    if sealing.digest(sealing.canonical_json(intent)) != contract.intent_digest:
+        raise sealing.ContractTampered(f"the intent of contract {contract.id} does not match its digest")
+    return adapter, identity, intent
+
+
+def _snapshot(contract: Contract) -> bytes:
+    snapshot = sealing.unseal(str(contract.id), "snapshot", bytes(contract.snapshot_sealed))
+    if sealing.digest(snapshot) != contract.snapshot_digest:
+        raise sealing.ContractTampered(f"the snapshot of contract {contract.id} does not match its digest")
+    return snapshot
+
+
+def execute(contract: Contract, *, actor: str, step: Step = no_step) -> Contract:
+    """Carry out a PREPARED contract once. Returns it VERIFIED, FAILED, EXPIRED or in RECONCILIATION."""
+    contract = load(contract.pk)
+    adapter, identity, intent = _opened(contract)
+    snapshot = _snapshot(contract)
+    if contract.state != S.PREPARED:
+        raise ExecutionRefused("state", f"contract {contract.memorable_id} is {contract.state}, not PREPARED")
+    if not contract.confirmation_digest:
+        raise ExecutionRefused("unconfirmed", "the contract carries no confirmation")
+    if contract.expires_at <= timezone.now():
+        return transition(contract, S.EXPIRED, actor=actor, reason="expired")
+    try:
+        transition(contract, S.EXECUTING, actor=actor, reason="acquired", changes={"executor": executor_identity()})
+    except TargetBusy as busy:
+        transition(contract, S.EXPIRED, actor=actor, reason=busy.reason)
+        raise
+    try:
+        return _forward(contract, adapter, identity, intent, snapshot, actor=actor, step=step)
+    except Exception as exc:
+        # Once EXECUTING, an unexpected failure leaves the target's state unknown: that is exactly what
+        # reconciliation is for, so record it there rather than guess.
+        logger.exception("contract %s failed unexpectedly while executing", contract.id)
+        return _to_reconciliation(contract, actor, f"unexpected:{type(exc).__name__}")
+
+
+def _forward(
+    contract: Contract,
+    adapter: Capability,
+    identity: dict[str, Any],
+    intent: dict[str, Any],
+    snapshot: bytes,
+    *,
+    actor: str,
+    step: Step,
+) -> Contract:
+    try:
+        observed = adapter.read(identity)
+    except TargetMissing:
+        return transition(contract, S.FAILED, actor=actor, reason="target_missing")
+    if observed.fingerprint != contract.precondition_fingerprint:
+        return transition(contract, S.FAILED, actor=actor, reason="target_drift")
+    result = adapter.forward(identity, contract.method, snapshot, intent)
+    if adapter.fingerprint(result) != contract.expected_post_fingerprint:
+        return transition(contract, S.FAILED, actor=actor, reason="result_changed")
+    step("before_write")
+    try:
+        adapter.write(identity, result, step)
+    except OSError:
+        return _after_failed_write(contract, adapter, identity, actor, proof=contract.precondition_fingerprint)
+    return _verify(contract, adapter, identity, actor=actor, step=step, expected=contract.expected_post_fingerprint)
+
+
+def _after_failed_write(
+    contract: Contract, adapter: Capability, identity: dict[str, Any], actor: str, *, proof: str
+) -> Contract:
+    """A write that raised: FAILED only if a re-read proves the target untouched, else reconciliation."""
+    failed = S.FAILED if contract.state == S.EXECUTING else S.ROLLBACK_FAILED
+    try:
+        unchanged = adapter.read(identity).fingerprint == proof
+    except ExecutionRefused:
+        unchanged = False
+    if unchanged:
+        return transition(contract, failed, actor=actor, reason="write_failed")
+    return _to_reconciliation(contract, actor, "write_interrupted")
+
+
+def _verify(
+    contract: Contract, adapter: Capability, identity: dict[str, Any], *, actor: str, step: Step, expected: str
+) -> Contract:
+    try:
+        read_back = adapter.read(identity).fingerprint
+    except ExecutionRefused:
+        read_back = ""
+    if read_back != expected:
+        return _to_reconciliation(contract, actor, "readback_mismatch")
+    step("before_verified")
+    done = S.VERIFIED if contract.state == S.EXECUTING else S.ROLLED_BACK
+    settled: dict[str, Any] = {}
+
+    def settle(current: Contract) -> None:
+        settled.update(adapter.settle(identity, read_back, actor=actor, label=current.label))
+
+    changes = {"post_fingerprint": read_back} if done == S.VERIFIED else {}
+    contract = transition(contract, done, actor=actor, reason="verified", changes=changes, inside=settle)
+    contract.settled = settled  # type: ignore[attr-defined]
+    return contract
+
+
+def _to_reconciliation(contract: Contract, actor: str, reason: str) -> Contract:
+    current = load(contract.pk)
+    if current.state == S.RECONCILIATION:
+        return current
+    return transition(current, S.RECONCILIATION, actor=actor, reason=reason)
+
+
+# --- rollback, reconciliation, recovery ---------------------------------------------------------------
+
+
+def check_typed_id(contract: Contract, typed_id: str) -> None:
+    if normalize_typed_id(typed_id) != contract.memorable_id:
+        raise ExecutionRefused(
+            "typed_id", f"type the contract's memorable ID ({contract.memorable_id}) exactly to confirm"
+        )
+
+
+def rollback(contract: Contract, *, actor: str, typed_id: str, step: Step = no_step) -> Contract:
+    """Restore a VERIFIED contract's snapshot, refused (nothing changed) when the target drifted since."""
+    contract = load(contract.pk)
+    check_typed_id(contract, typed_id)
+    if contract.state != S.VERIFIED:
+        raise ExecutionRefused("state", f"only a VERIFIED contract can be rolled back; this one is {contract.state}")
+    adapter, identity, _intent = _opened(contract)
+    snapshot = _snapshot(contract)
+    try:
+        current = adapter.read(identity).fingerprint
+    except TargetMissing as missing:
+        raise ExecutionRefused("target_missing", missing.message) from None
+    if current != contract.post_fingerprint:
+        raise ExecutionRefused(
+            "target_drift",
+            "the target changed after this contract was carried out; rolling it back would undo those changes "
+            "too, so nothing was done",
+        )
+    transition(contract, S.ROLLING_BACK, actor=actor, reason="rollback")
+    try:
+        if adapter.read(identity).fingerprint != contract.post_fingerprint:
+            return transition(contract, S.ROLLBACK_FAILED, actor=actor, reason="target_drift")
+        step("before_write")
+        try:
+            adapter.write(identity, snapshot, step)
+        except OSError:
+            return _after_failed_write(contract, adapter, identity, actor, proof=contract.post_fingerprint)
+        return _verify(contract, adapter, identity, actor=actor, step=step, expected=contract.precondition_fingerprint)
+    except Exception as exc:
+        logger.exception("contract %s failed unexpectedly while rolling back", contract.id)
+        return _to_reconciliation(contract, actor, f"unexpected:{type(exc).__name__}")
+
+
+def resolve(contract: Contract, conclusion: str, *, actor: str) -> Contract:
+    """An operator's conclusion about a contract in RECONCILIATION: applied, not applied, rolled back by hand."""
+    contract = load(contract.pk)
+    if contract.state != S.RECONCILIATION:
+        raise ExecutionRefused("state", f"contract {contract.memorable_id} is {contract.state}, not in RECONCILIATION")
+    if conclusion not in RESOLUTIONS:
+        raise ExecutionRefused("conclusion", f"conclude with one of {', '.join(RESOLUTIONS)}")
+    to = RESOLUTIONS[conclusion]
+    # "applied" seals the result the contract meant to produce, so a later rollback refuses unless the
+    # target really is in that state.
+    changes = {"post_fingerprint": contract.expected_post_fingerprint} if to == S.VERIFIED else {}
+    return transition(contract, to, actor=actor, reason=f"resolved:{conclusion}", changes=changes, resolution=True)
+
+
+def evidence(contract: Contract) -> dict[str, Any]:
+    """What the target looks like now next to the contract's fingerprints, for a reconciliation screen."""
+    adapter, identity, _intent = _opened(contract)
+    try:
+        now = adapter.read(identity).fingerprint
+    except ExecutionRefused:
+        now = ""
+    return {
+        "current_fingerprint": now,
+        "matches_before": bool(now) and now == contract.precondition_fingerprint,
+        "matches_result": bool(now) and now == contract.expected_post_fingerprint,
+    }
+
+
+def _abandoned(contract: Contract, lease: timedelta) -> bool:
+    """Whether the process that last moved an in-flight contract is gone (or silent past the lease)."""
+    host, _, pid = contract.executor.rpartition(":")
+    if host == socket.gethostname() and pid.isdigit():
+        if int(pid) == os.getpid():
+            return False
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            pass
+    return contract.updated_at <= timezone.now() - lease
+
+
+def recover_interrupted(*, actor: str = "recovery") -> list[Contract]:
+    """At start-up: settle every contract an ended process left in flight. EXECUTING and ROLLING_BACK go
+    to RECONCILIATION and are never re-sent; PREPARING becomes FAILED and PREPARED EXPIRED (nothing was
+    written in either)."""
+    lease = timedelta(seconds=settings.FORGE_EXECUTOR_LEASE_SECONDS)
+    moved = []
+    pending = [S.PREPARING, S.PREPARED, *IN_FLIGHT_STATES]
+    for contract in Contract.objects.filter(state__in=pending).order_by("created_at"):
+        if not _abandoned(contract, lease):
+            continue
+        to = {S.PREPARING: S.FAILED, S.PREPARED: S.EXPIRED}.get(contract.state, S.RECONCILIATION)
+        try:
+            moved.append(transition(contract, to, actor=actor, reason="interrupted"))
+        except (StaleContract, sealing.ContractTampered) as exc:
+            logger.error("contract %s was not recovered: %s", contract.id, exc)
+    return moved

@@ -1,0 +1,420 @@
+"""Pending confirmations: created by a write call, decided by an operator, carried out by the executor.
+
+Every state change is one `do_<verb>_confirmation` function that checks the declared transition, writes
+the audit row in the same transaction and, once committed, tells whoever waits through the channel layer:
+the confirmation's own group (a write call waiting for its decision), and the console. Expiry is swept on
+read (`expire_due`) and by the server's housekeeping thread; a decision on an expired item expires it and
+refuses. Approval runs the executor at once, so the operator's request returns with the outcome.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from audit.models import EventKind
+from audit.services import record
+from caretaker.fingerprint import normalize_typed_id
+from confirmations import executor
+from confirmations.models import (
+    ConfirmationState,
+    Contract,
+    ContractState,
+    PendingConfirmation,
+)
+from forge_site.live import notify_console, notify_streams
+
+C = ConfirmationState
+DECIDE_PERMISSION = "confirmations.decide_confirmation"
+RESOLVE_PERMISSION = "confirmations.resolve_contract"
+
+
+def confirmation_group(confirmation_id: Any) -> str:
+    """The channel-layer group a write call waiting for this confirmation listens on."""
+    return f"confirmation.{confirmation_id}"
+
+
+class DecisionRefused(Exception):
+    """A decision that cannot be made; `code` is the wire code (FORGE_ERR_* or a REST slug)."""
+
+    def __init__(self, code: str, message: str, *, status: int = 409) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.status = status
+
+
+def expiry_for(tool: str) -> timedelta:
+    seconds = settings.FORGE_CONFIRM_EXPIRY_BY_TOOL.get(tool, settings.FORGE_CONFIRM_EXPIRY_SECONDS)
+    return timedelta(seconds=seconds)
+
+
+def arguments_digest(arguments: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(arguments, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def do_create_confirmation(
+    *,
+    tool: str,
+    arguments: Mapping[str, Any],
+    question: str,
+    preview: Mapping[str, Any],
+    principal: AbstractBaseUser,
+    session_id: str,
+    client_label: str,
+    project: str,
+    capability: str,
+    method: str,
+    target: Mapping[str, Any],
+    intent: Mapping[str, Any],
+    base_fingerprint: str,
+    label: str,
+    requires_typed_id: bool = False,
+    key_memorable_id: str = "",
+) -> PendingConfirmation:
+    """Suspend a mutation until an operator decides; the console hears of it at once."""
+    confirmation = PendingConfirmation.objects.create(
+        tool=tool,
+        arguments=dict(arguments),
+        arguments_digest=arguments_digest(arguments),
+        question=question,
+        options=["approve", "deny"],
+        preview=dict(preview),
+        requires_typed_id=requires_typed_id,
+        key_memorable_id=key_memorable_id,
+        session_id=session_id,
+        principal=principal,
+        client_label=client_label,
+        project=project,
+        capability=capability,
+        method=method,
+        target=dict(target),
+        intent=dict(intent),
+        base_fingerprint=base_fingerprint,
+        label=label[:200],
+        expires_at=timezone.now() + expiry_for(tool),
+    )
+    _audit(confirmation, EventKind.CONFIRMATION_CREATED, "pending", called_by=principal.get_username())
+    notify_console("confirmations")
+    return confirmation
+
+
+def _audit(confirmation: PendingConfirmation, kind: str, outcome: str, *, called_by: str) -> None:
+    record(
+        kind,
+        tool=confirmation.tool,
+        arguments={
+            "confirmation": str(confirmation.id),
+            "memorable_id": confirmation.memorable_id,
+            "arguments_digest": confirmation.arguments_digest,
+        },
+        outcome=outcome,
+        called_by=called_by,
+        session=confirmation.session_id,
+        client_label=confirmation.client_label,
+        project=confirmation.project,
+    )
+
+
+def _announce(confirmation: PendingConfirmation) -> None:
+    """Once committed: wake a waiting call and refresh the console."""
+    state = confirmation.state
+    group = confirmation_group(confirmation.id)
+    transaction.on_commit(lambda: notify_streams(group, "confirmation.decided", state=state))
+    notify_console("confirmations")
+
+
+def _move(confirmation: PendingConfirmation, to: str, **changes: Any) -> PendingConfirmation:
+    PendingConfirmation.check_transition(confirmation.state, to)
+    confirmation.state = to
+    for name, value in changes.items():
+        setattr(confirmation, name, value)
+    confirmation.save()
+    _announce(confirmation)
+    return confirmation
+
+
+def _locked(confirmation_id: Any) -> PendingConfirmation:
+    try:
+        return PendingConfirmation.objects.select_for_update().get(pk=confirmation_id)
+    except (PendingConfirmation.DoesNotExist, ValueError, TypeError):
+        raise DecisionRefused("not_found", "There is no such pending confirmation.", status=404) from None
+
+
+def _expire_if_due(confirmation: PendingConfirmation, actor: str) -> bool:
+    if confirmation.state != C.PENDING or confirmation.expires_at > timezone.now():
+        return False
+    _move(confirmation, C.EXPIRED, finished_at=timezone.now(), outcome=_refusal_outcome("expired"))
+    _audit(confirmation, EventKind.CONFIRMATION_DECIDED, "expired", called_by=actor)
+    return True
+
+
+def expire_due(*, actor: str = "expiry") -> int:
+    """Expire every pending confirmation past its time; each is audited and announced."""
+    due = PendingConfirmation.objects.filter(state=C.PENDING, expires_at__lte=timezone.now()).values_list(
+        "pk", flat=True
+    )
+    count = 0
+    for pk in list(due[:500]):
+        with transaction.atomic():
+            count += _expire_if_due(PendingConfirmation.objects.select_for_update().get(pk=pk), actor)
+    return count
+
+
+def _check_decider(user: AbstractBaseUser, confirmation: PendingConfirmation, choice: str) -> None:
+    if user.has_perm(DECIDE_PERMISSION):
+        return
+    with transaction.atomic():
+        _audit(
+            confirmation,
+            EventKind.CONFIRMATION_DECIDED,
+            f"refused: {choice} without permission",
+            called_by=user.get_username(),
+        )
+    raise DecisionRefused(
+        "permission_denied",
+        "You may not decide confirmations; ask an administrator for the decide_confirmation permission.",
+        status=403,
+    )
+
+
+def _check_pending(confirmation: PendingConfirmation, user: AbstractBaseUser) -> None:
+    if _expire_if_due(confirmation, user.get_username()):
+        raise DecisionRefused(
+            "expired", "This confirmation expired before it was decided; the client must ask again.", status=409
+        )
+    if confirmation.state != C.PENDING:
+        raise DecisionRefused(
+            "already_decided", f"This confirmation was already decided: it is {confirmation.state}.", status=409
+        )
+
+
+def do_deny_confirmation(
+    confirmation_id: Any, *, acting_user: AbstractBaseUser, reason: str = ""
+) -> PendingConfirmation:
+    confirmation = _decide(confirmation_id, acting_user, "deny")
+    with transaction.atomic():
+        confirmation = _locked(confirmation_id)
+        _check_pending(confirmation, acting_user)
+        now = timezone.now()
+        _move(
+            confirmation,
+            C.DENIED,
+            decided_by=acting_user,
+            decided_at=now,
+            finished_at=now,
+            outcome=_refusal_outcome("denied", reason=reason[:500]),
+        )
+        _audit(confirmation, EventKind.CONFIRMATION_DECIDED, "denied", called_by=acting_user.get_username())
+    return confirmation
+
+
+def _decide(confirmation_id: Any, user: AbstractBaseUser, choice: str) -> PendingConfirmation:
+    """The confirmation, once the deciding user is allowed to decide it (else refused and audited)."""
+    with transaction.atomic():
+        confirmation = _locked(confirmation_id)
+        _check_decider(user, confirmation, choice)
+        expired = _expire_if_due(confirmation, user.get_username())
+    if expired:
+        raise DecisionRefused(
+            "expired", "This confirmation expired before it was decided; the client must ask again.", status=409
+        )
+    return confirmation
+
+
+def do_approve_confirmation(
+    confirmation_id: Any, *, acting_user: AbstractBaseUser, typed_id: str = ""
+) -> PendingConfirmation:
+    """Approve, then carry the mutation out through the executor; returns the confirmation executed or
+    failed (with its outcome). Refused, with nothing changed, when not pending, expired or not allowed."""
+    confirmation = _decide(confirmation_id, acting_user, "approve")
+    if confirmation.requires_typed_id and normalize_typed_id(typed_id) != (
+        confirmation.key_memorable_id or confirmation.memorable_id
+    ):
+        raise DecisionRefused(
+            "typed_id_mismatch", "Type the memorable ID shown with the confirmation exactly to approve it.", status=400
+        )
+    with transaction.atomic():
+        confirmation = _locked(confirmation_id)
+        _check_pending(confirmation, acting_user)
+        _move(confirmation, C.APPROVED, decided_by=acting_user, decided_at=timezone.now())
+        _audit(confirmation, EventKind.CONFIRMATION_DECIDED, "approved", called_by=acting_user.get_username())
+    return _carry_out(confirmation, acting_user.get_username())
+
+
+def _carry_out(confirmation: PendingConfirmation, actor: str) -> PendingConfirmation:
+    approval = {
+        "authority": "forge-console",
+        "approver": actor,
+        "confirmation": str(confirmation.id),
+        "decided_at": confirmation.decided_at.isoformat() if confirmation.decided_at else "",
+    }
+    try:
+        contract = executor.prepare(
+            capability_name=confirmation.capability,
+            method=confirmation.method,
+            target=confirmation.target,
+            intent=confirmation.intent,
+            idempotency_key=f"confirmation:{confirmation.id}",
+            approval=approval,
+            actor=actor,
+            label=confirmation.label,
+            expected_fingerprint=confirmation.base_fingerprint,
+            confirmation=confirmation,
+        )
+        contract = executor.execute(contract, actor=actor)
+    except executor.ExecutionRefused as refusal:
+        contract = Contract.objects.filter(confirmation=confirmation).first()
+        return _finish(confirmation, contract, refusal_reason=refusal.reason, message=refusal.message)
+    return _finish(confirmation, contract)
+
+
+def _finish(
+    confirmation: PendingConfirmation,
+    contract: Contract | None,
+    *,
+    refusal_reason: str = "",
+    message: str = "",
+) -> PendingConfirmation:
+    """Record what the executor did as the confirmation's outcome (executed, or failed and why)."""
+    if contract is not None and contract.state == ContractState.VERIFIED:
+        outcome = {
+            "state": C.EXECUTED,
+            "result": {
+                **confirmation.preview.get("result", {}),
+                **getattr(contract, "settled", {}),
+                "contract": str(contract.id),
+                "contract_memorable_id": contract.memorable_id,
+            },
+        }
+        to = C.EXECUTED
+    else:
+        reason = refusal_reason or (contract.detail if contract is not None else "not_carried_out")
+        in_reconciliation = contract is not None and contract.state == ContractState.RECONCILIATION
+        outcome = _refusal_outcome(
+            "reconciliation" if in_reconciliation else reason,
+            message=message,
+            contract=contract,
+        )
+        to = C.FAILED
+    with transaction.atomic():
+        locked = _locked(confirmation.pk)
+        if locked.state != C.APPROVED:
+            return locked
+        _move(locked, to, finished_at=timezone.now(), outcome=outcome)
+        _audit(locked, EventKind.CONFIRMATION_DECIDED, to, called_by="executor")
+    return locked
+
+
+REFUSALS = {
+    "denied": (
+        "FORGE_ERR_CONFIRMATION_DENIED",
+        "An operator denied this change; nothing was written. Read the project again and propose something else.",
+    ),
+    "expired": (
+        "FORGE_ERR_CONFIRMATION_EXPIRED",
+        "Nobody decided this change in time; nothing was written. Call the write tool again if it is still wanted.",
+    ),
+    "target_drift": (
+        "FORGE_ERR_TARGET_DRIFT",
+        "The project changed after this change was previewed, so it was not written. Read the project again "
+        "and propose the change anew.",
+    ),
+    "reconciliation": (
+        "FORGE_ERR_RECONCILIATION",
+        "The outcome of the write could not be proven; an operator must reconcile it in the console before "
+        "the project can be changed again.",
+    ),
+    "cancelled": (
+        "FORGE_ERR_CONFIRMATION_EXPIRED",
+        "The session that asked for this change ended before it was decided; nothing was written.",
+    ),
+    "interrupted": (
+        "FORGE_ERR_CONFIRMATION_EXPIRED",
+        "The server stopped before this approved change was carried out; nothing was written. Call the "
+        "write tool again if it is still wanted.",
+    ),
+    "target_busy": (
+        "FORGE_ERR_RECONCILIATION",
+        "Another change holds this project (awaiting reconciliation or still running); nothing was written. "
+        "Ask an operator to resolve it, then propose the change again.",
+    ),
+}
+DEFAULT_REFUSAL = (
+    "FORGE_ERR_INVALID_OPERATION",
+    "The change could not be carried out; nothing was written. Read the project again and propose it anew.",
+)
+
+
+def _refusal_outcome(
+    reason: str, *, message: str = "", contract: Contract | None = None, **extra: Any
+) -> dict[str, Any]:
+    code, text = REFUSALS.get(reason, DEFAULT_REFUSAL)
+    outcome: dict[str, Any] = {"error": code, "message": text, "reason": reason, **extra}
+    if message and reason not in REFUSALS:
+        outcome["message"] = f"{message}. {text}"
+    if contract is not None:
+        outcome["contract"] = str(contract.id)
+        outcome["contract_memorable_id"] = contract.memorable_id
+    return outcome
+
+
+def do_cancel_confirmations(session_id: str, *, acting_user: str) -> int:
+    """Cancel a session's pending confirmations (the session ended or its token was revoked)."""
+    count = 0
+    with transaction.atomic():
+        for confirmation in PendingConfirmation.objects.select_for_update().filter(
+            session_id=session_id, state=C.PENDING
+        ):
+            _move(confirmation, C.CANCELLED, finished_at=timezone.now(), outcome=_refusal_outcome("cancelled"))
+            _audit(confirmation, EventKind.CONFIRMATION_DECIDED, "cancelled", called_by=acting_user)
+            count += 1
+    return count
+
+
+def recover(*, actor: str = "recovery") -> list[Contract]:
+    """At start-up: hand interrupted contracts to reconciliation, and settle approved confirmations whose
+    contract will not run any more (the process approving them ended mid-way)."""
+    moved = executor.recover_interrupted(actor=actor)
+    for confirmation in PendingConfirmation.objects.filter(state=C.APPROVED):
+        contract = Contract.objects.filter(confirmation=confirmation).first()
+        if (
+            contract is None
+            and confirmation.decided_at
+            and confirmation.decided_at > timezone.now() - timedelta(seconds=settings.FORGE_EXECUTOR_LEASE_SECONDS)
+        ):
+            continue  # approved moments ago by a process that may still be preparing it
+        if contract is not None and contract.state in (
+            ContractState.PREPARING,
+            ContractState.PREPARED,
+            ContractState.EXECUTING,
+            ContractState.ROLLING_BACK,
+        ):
+            continue  # still in flight in a live process
+        _finish(confirmation, contract, refusal_reason="" if contract else "interrupted")
+    return moved
+
+
+def visible_to_session(session_id: str):
+    return PendingConfirmation.objects.filter(session_id=session_id)
+
+
+def outcome_of(confirmation: PendingConfirmation) -> dict[str, Any]:
+    """What editor.confirm answers: the result once executed, the refusal once failed, or still pending."""
+    base = {
+        "pending_id": str(confirmation.id),
+        "memorable_id": confirmation.memorable_id,
+        "tool": confirmation.tool,
+        "state": confirmation.state,
+    }
+    if confirmation.state in (C.PENDING, C.APPROVED):
+        return {**base, "expires_at": confirmation.expires_at.isoformat()}
+    return {**base, **confirmation.outcome, "state": confirmation.state}

@@ -1,0 +1,106 @@
+"""The executor's adapter for project files (capability `project.file`, target kind `project_file`).
+
+The executor (confirmations) holds no project logic: it reaches project files only through this class,
+named in `FORGE_CAPABILITIES`. A target's natural identity is the project's slug and its file path under
+the projects root; the one method, `apply_operations`, turns the file's current bytes and an intent
+(`operations` in the vocabulary of `projects.operations`, and the `modified_at` stamp chosen when the
+change was previewed) into the new bytes, deterministically, so the operator approves exactly what is
+written. Settling a written file records it as the project's next accepted revision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from audit.models import EventKind
+from audit.services import record
+from forge_site.capabilities import IntentRefused, Observation, Step, TargetMissing
+from projects import operations, plcopen
+from projects.files import PathOutsideRoot, inside_root, write_atomically
+from projects.models import Project
+
+APPLY_OPERATIONS = "apply_operations"
+
+
+class ProjectFileCapability:
+    name = "project.file"
+    target_kind = "project_file"
+
+    def identity(self, target: Mapping[str, Any]) -> dict[str, Any]:
+        slug = str(target.get("project", ""))
+        matches = list(Project.objects.filter(slug=slug)[:2])
+        if len(matches) != 1:
+            raise TargetMissing(f"there is no project {slug!r}")
+        return {"project": matches[0].slug, "path": matches[0].path}
+
+    def _path(self, identity: Mapping[str, Any]) -> Path:
+        matches = list(Project.objects.filter(slug=identity["project"], path=identity["path"])[:2])
+        if len(matches) != 1:
+            raise TargetMissing(f"project {identity['project']} is no longer registered at that path")
+        try:
+            return inside_root(identity["path"])
+        except PathOutsideRoot as exc:
+            raise TargetMissing(str(exc)) from None
+
+    def read(self, identity: Mapping[str, Any]) -> Observation:
+        path = self._path(identity)
+        try:
+            content = path.read_bytes()
+        except OSError as exc:
+            raise TargetMissing(f"the project file cannot be read ({exc.strerror})") from None
+        return Observation(content=content, fingerprint=plcopen.fingerprint(content))
+
+    def fingerprint(self, content: bytes) -> str:
+        return plcopen.fingerprint(content)
+
+    def forward(self, identity: Mapping[str, Any], method: str, current: bytes, intent: Mapping[str, Any]) -> bytes:
+        if method != APPLY_OPERATIONS:
+            raise IntentRefused(f"project files have no method {method!r}")
+        return apply_intent(current, intent)
+
+    def write(self, identity: Mapping[str, Any], content: bytes, step: Step) -> None:
+        write_atomically(self._path(identity), content, step)
+
+    def settle(self, identity: Mapping[str, Any], fingerprint: str, *, actor: str, label: str) -> dict[str, Any]:
+        return {"accepted_revision": do_record_written(identity["project"], fingerprint, actor=actor, label=label)}
+
+
+def intent_for(ops: list[dict[str, Any]], modified_at: datetime | None = None) -> dict[str, Any]:
+    """An intent for `apply_operations`: the operations, and the modification stamp the result carries."""
+    stamp = (modified_at or timezone.now()).replace(microsecond=0).isoformat()
+    return {"operations": ops, "modified_at": stamp}
+
+
+def apply_intent(current: bytes, intent: Mapping[str, Any]) -> bytes:
+    """The file's new bytes: the same for the same input, so a preview and the write agree exactly."""
+    try:
+        document = plcopen.load(current)
+        result = operations.apply(document, intent["operations"], now=datetime.fromisoformat(intent["modified_at"]))
+    except (plcopen.ProjectFormatError, operations.OperationRefused, KeyError, ValueError) as exc:
+        raise IntentRefused(f"the change no longer applies: {exc}") from None
+    return plcopen.serialize(result.doc)
+
+
+def do_record_written(slug: str, fingerprint: str, *, actor: str, label: str) -> int:
+    """The file now holds a change the executor wrote: that is the project's next accepted revision."""
+    with transaction.atomic():
+        project = Project.objects.select_for_update().get(slug=slug)
+        if project.fingerprint != fingerprint:
+            project.fingerprint = fingerprint
+            project.accepted_revision += 1
+            project.updated_at = timezone.now()
+            project.save(update_fields=["fingerprint", "accepted_revision", "updated_at"])
+        record(
+            EventKind.PROJECT_WRITTEN,
+            arguments={"fingerprint": fingerprint, "revision": project.accepted_revision, "change": label},
+            outcome="new accepted revision",
+            called_by=actor,
+            project=slug,
+        )
+    return project.accepted_revision

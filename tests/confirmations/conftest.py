@@ -1,0 +1,26 @@
+"""Fixtures of the confirmations tests: a projects root in a temporary folder and a registered project."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from projects.models import Project
+from projects.services import do_import_project
+from tests.projects.conftest import sample_bytes
+
+SAMPLE = "beremiz-first_steps.xml"
+
+
+@pytest.fixture(autouse=True)
+def root(settings, tmp_path) -> Path:
+    root = tmp_path / "projects"
+    root.mkdir()
+    settings.FORGE_PROJECTS_ROOT = root
+    return root.resolve()
+
+
+@pytest.fixture
+def project(db) -> Project:
+    return do_import_project(sample_bytes(SAMPLE), slug="steps", acting_user="tests")
