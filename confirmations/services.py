@@ -169,9 +169,9 @@ def expire_due(*, actor: str = "expiry") -> int:
     return count
 
 
-def _check_decider(user: AbstractBaseUser, confirmation: PendingConfirmation, choice: str) -> None:
-    if user.has_perm(DECIDE_PERMISSION):
-        return
+def _refuse_decider(user: AbstractBaseUser, confirmation: PendingConfirmation, choice: str) -> None:
+    """Audit an attempt to decide without the permission, and refuse it. Called outside any transaction
+    that the refusal rolls back, so the audit row stays."""
     with transaction.atomic():
         _audit(
             confirmation,
@@ -211,7 +211,7 @@ def do_deny_confirmation(
             decided_by=acting_user,
             decided_at=now,
             finished_at=now,
-            outcome=_refusal_outcome("denied", reason=reason[:500]),
+            outcome=_refusal_outcome("denied", operator_note=reason[:500]),
         )
         _audit(confirmation, EventKind.CONFIRMATION_DECIDED, "denied", called_by=acting_user.get_username())
     return confirmation
@@ -221,8 +221,10 @@ def _decide(confirmation_id: Any, user: AbstractBaseUser, choice: str) -> Pendin
     """The confirmation, once the deciding user is allowed to decide it (else refused and audited)."""
     with transaction.atomic():
         confirmation = _locked(confirmation_id)
-        _check_decider(user, confirmation, choice)
-        expired = _expire_if_due(confirmation, user.get_username())
+        allowed = user.has_perm(DECIDE_PERMISSION)
+        expired = allowed and _expire_if_due(confirmation, user.get_username())
+    if not allowed:
+        _refuse_decider(user, confirmation, choice)
     if expired:
         raise DecisionRefused(
             "expired", "This confirmation expired before it was decided; the client must ask again.", status=409

@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from audit.models import EventKind
 from audit.services import AuditUnavailable, record
+from confirmations.services import confirmation_group
 from mcp_api import exchange as ex
 from mcp_api.jsonrpc import INVALID_REQUEST, RpcError, encode
 from mcp_api.origin import refusal_reason
@@ -48,6 +49,18 @@ def sse_event(data: str, *, event: str = "message", event_id: str | None = None)
         lines.append(f"id: {event_id}")
     lines.extend(f"data: {line}" for line in data.split("\n"))
     return ("\n".join(lines) + "\n\n").encode()
+
+
+def progress_notification(token: Any, progress: int) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "method": "notifications/progress",
+        "params": {
+            "progressToken": token,
+            "progress": progress,
+            "message": "Waiting for an operator to approve or deny this change in the Forge console.",
+        },
+    }
 
 
 @database_sync_to_async
@@ -74,6 +87,7 @@ class McpHttpConsumer(AsyncConsumer):
             await _audit_origin_refusal(scope.get("path", ""), reason)
             await self.send_reply(ex.Reply.rpc_error(RpcError(INVALID_REQUEST, f"Forbidden: {reason}"), status=403))
             return
+        self.receive = receive
         body = await self.read_body(receive, headers)
         if body is None:
             return
@@ -135,8 +149,67 @@ class McpHttpConsumer(AsyncConsumer):
                 await layer.group_send(group, {"type": "mcp.message", "message": message})
         if reply.stream is not None:
             await self.open_stream(reply)
+        elif reply.wait is not None:
+            await self.wait_for_decision(reply)
         else:
             await self.send_reply(reply)
+
+    async def wait_for_decision(self, reply: ex.Reply) -> None:
+        """Answer a write call on an SSE stream once an operator decides, with progress until then.
+
+        The decision arrives through the confirmation's channel-layer group, from whichever process
+        approved it; the state is read once after joining, so a decision made before that is not missed.
+        At the deadline the call answers FORGE_ERR_CONFIRMATION_REQUIRED (the client then polls
+        editor.confirm); a client that goes away simply ends the wait."""
+        wait = reply.wait
+        assert wait is not None
+        layer = get_channel_layer()
+        channel = await layer.new_channel()
+        group = confirmation_group(wait.confirmation_id)
+        await layer.group_add(group, channel)
+        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers.items()]
+        await self.send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS + headers})
+        disconnect = asyncio.ensure_future(self.wait_for_disconnect())
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait.seconds
+        progress = 0
+        decided: asyncio.Future | None = None
+        try:
+            final = await database_sync_to_async(ex.handle_decided)(wait)
+            while final is None:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    final = reply.body
+                    break
+                # One receive stays pending across progress ticks: cancelling a layer receive can drop
+                # the message it was about to return.
+                decided = decided or asyncio.ensure_future(layer.receive(channel))
+                done, _ = await asyncio.wait(
+                    {decided, disconnect}, timeout=min(wait.interval, remaining), return_when=asyncio.FIRST_COMPLETED
+                )
+                if disconnect in done:
+                    return
+                if decided in done:
+                    decided = None
+                    final = await database_sync_to_async(ex.handle_decided)(wait)
+                    continue
+                progress += 1
+                notification = progress_notification(wait.progress_token, progress)
+                await self.send_body(sse_event(encode(notification).decode()), more=True)
+            await self.send_body(sse_event(encode(final).decode()), more=False)
+        finally:
+            for pending in (decided, disconnect):
+                if pending is not None:
+                    pending.cancel()
+            with contextlib.suppress(Exception):
+                await layer.group_discard(group, channel)
+
+    async def wait_for_disconnect(self) -> None:
+        while (await self.receive())["type"] != "http.disconnect":
+            pass
+
+    async def send_body(self, body: bytes, *, more: bool) -> None:
+        await self.send({"type": "http.response.body", "body": body, "more_body": more})
 
     async def send_reply(self, reply: ex.Reply) -> None:
         headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers.items()]

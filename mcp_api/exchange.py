@@ -18,7 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
 
+from django.conf import settings
+
 from audit.services import AuditUnavailable
+from confirmations.models import ConfirmationState, PendingConfirmation
+from confirmations.services import expire_due
 from mcp_api import jsonrpc, services
 from mcp_api.jsonrpc import (
     HEADER_MISMATCH,
@@ -31,7 +35,7 @@ from mcp_api.jsonrpc import (
     RpcError,
 )
 from mcp_api.models import BROADCAST_GROUP, ClientToken, McpSession, Transport, session_group, token_group
-from mcp_api.protocol import CAPABILITIES, SERVER_INFO, CallContext, instructions, respond
+from mcp_api.protocol import CAPABILITIES, SERVER_INFO, CallContext, instructions, respond, shape_result, tool_result
 from mcp_api.revisions import (
     BATCH_REVISIONS,
     CLIENT_CAPABILITIES_META_KEY,
@@ -118,12 +122,27 @@ class StreamPlan:
 
 
 @dataclass
+class WaitPlan:
+    """A write call that waits on its SSE answer for the operator's decision, sending progress meanwhile.
+
+    `Reply.body` (FORGE_ERR_CONFIRMATION_REQUIRED) is the answer if nobody decides within `seconds`."""
+
+    confirmation_id: str
+    request_id: Any
+    progress_token: Any
+    revision: str
+    seconds: float
+    interval: float
+
+
+@dataclass
 class Reply:
     status: int = 200
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
     sse: bool = False
     stream: StreamPlan | None = None
+    wait: WaitPlan | None = None
     deliver: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
     @classmethod
@@ -329,16 +348,44 @@ def _answer(exchange: Exchange, ctx: CallContext, message: dict[str, Any], *, st
     status = 200
     if stateless and "error" in answer:
         status = ERROR_STATUS.get(answer["error"]["code"], 200)
-    return Reply(status=status, body=answer, sse=status == 200 and _wants_stream(exchange, message))
+    sse = status == 200 and _wants_stream(exchange, message)
+    wait = None
+    token = _progress_token(message)
+    if ctx.awaiting and sse and token is not None and settings.FORGE_CONFIRM_WAIT_S > 0:
+        wait = WaitPlan(
+            confirmation_id=ctx.awaiting,
+            request_id=message["id"],
+            progress_token=token,
+            revision=ctx.revision,
+            seconds=settings.FORGE_CONFIRM_WAIT_S,
+            interval=settings.FORGE_CONFIRM_PROGRESS_SECONDS,
+        )
+    return Reply(status=status, body=answer, sse=sse, wait=wait)
+
+
+def _progress_token(message: dict[str, Any]) -> Any:
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return meta.get("progressToken") if isinstance(meta, dict) else None
 
 
 def _wants_stream(exchange: Exchange, message: dict[str, Any]) -> bool:
     """Answer as an SSE stream when the client asks for progress, or accepts nothing else."""
     if not exchange.accepts(EVENT_STREAM):
         return False
-    params = message.get("params")
-    meta = params.get("_meta") if isinstance(params, dict) else None
-    return (isinstance(meta, dict) and "progressToken" in meta) or not exchange.accepts(JSON)
+    return _progress_token(message) is not None or not exchange.accepts(JSON)
+
+
+def handle_decided(wait: WaitPlan) -> dict[str, Any] | None:
+    """The final answer of a waiting write call once its confirmation is decided, else None."""
+    from mcp_api.tools.editor import confirmation_result
+
+    expire_due()
+    confirmation = PendingConfirmation.objects.filter(pk=wait.confirmation_id).first()
+    if confirmation is None or confirmation.state in (ConfirmationState.PENDING, ConfirmationState.APPROVED):
+        return None
+    structured, is_error = confirmation_result(confirmation)
+    return jsonrpc.result(wait.request_id, shape_result(wait.revision, tool_result(structured, is_error=is_error)))
 
 
 # --- The stateless revision (2026-07-28) on POST /mcp ----------------------------------------------

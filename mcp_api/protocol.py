@@ -43,6 +43,7 @@ class CallContext:
     client_info: dict[str, Any] = field(default_factory=dict)
     client_capabilities: dict[str, Any] = field(default_factory=dict)
     project: str = ""  # the project a tool resolved, as registered: what the audit row names
+    awaiting: str | None = None  # a confirmation the call created: the transport may wait for its decision
 
     @property
     def stateless(self) -> bool:
@@ -64,9 +65,16 @@ MCP_OFF = registry.ToolError(
 )
 
 
+OVERRIDE_BANNER = (
+    "OVERRIDE MODE: this Forge server was started with FORGE_OVERRIDE_SECURITIES=1, so direct write tools "
+    "(project.write.*) exist. Each still waits for an operator's approval in the Forge console; nothing is "
+    "written until then."
+)
+
+
 def instructions() -> str:
     mode = (
-        "OVERRIDE MODE: direct writes are enabled and still wait for an operator's confirmation."
+        OVERRIDE_BANNER
         if settings.FORGE_OVERRIDE_SECURITIES
         else "Governed mode: you may read projects and propose changes; people accept them."
     )
@@ -162,6 +170,8 @@ def _audit_call(ctx: CallContext, tool: registry.Tool, arguments: dict[str, Any]
 
 
 def tool_result(structured: dict[str, Any], *, is_error: bool = False) -> dict[str, Any]:
+    if settings.FORGE_OVERRIDE_SECURITIES:
+        structured = {**structured, "warnings": [*structured.get("warnings", []), OVERRIDE_BANNER]}
     return {
         "content": [{"type": "text", "text": json.dumps(structured, ensure_ascii=False, default=str)}],
         "structuredContent": structured,

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from audit.models import EventKind
 from audit.services import AuditUnavailable, record
+from confirmations.services import do_cancel_confirmations
 from forge_site.console import OPERATORS_GROUP
 from forge_site.live import notify_console, notify_streams
 from mcp_api import hotpath
@@ -164,6 +165,7 @@ def do_end_session(session: McpSession, *, reason: str) -> bool:
         if not ended:
             return False
         end_grants(reason="session ended", session=session)
+        do_cancel_confirmations(session.id, acting_user=session.token.owner.get_username())
         notify_console("sessions")
         record(
             EventKind.SESSION_ENDED,

@@ -77,14 +77,18 @@ def intent_for(ops: list[dict[str, Any]], modified_at: datetime | None = None) -
     return {"operations": ops, "modified_at": stamp}
 
 
+def applied(document: plcopen.ProjectDocument, intent: Mapping[str, Any]) -> tuple[operations.ApplyResult, bytes]:
+    """Apply an intent to a parsed document: the result and its bytes; OperationRefused when it does not apply."""
+    result = operations.apply(document, intent["operations"], now=datetime.fromisoformat(intent["modified_at"]))
+    return result, plcopen.serialize(result.doc)
+
+
 def apply_intent(current: bytes, intent: Mapping[str, Any]) -> bytes:
     """The file's new bytes: the same for the same input, so a preview and the write agree exactly."""
     try:
-        document = plcopen.load(current)
-        result = operations.apply(document, intent["operations"], now=datetime.fromisoformat(intent["modified_at"]))
+        return applied(plcopen.load(current), intent)[1]
     except (plcopen.ProjectFormatError, operations.OperationRefused, KeyError, ValueError) as exc:
         raise IntentRefused(f"the change no longer applies: {exc}") from None
-    return plcopen.serialize(result.doc)
 
 
 def do_record_written(slug: str, fingerprint: str, *, actor: str, label: str) -> int:

@@ -218,4 +218,10 @@ def ensure_loaded() -> None:
     # isort: off
     from mcp_api.tools import server  # noqa: F401  (first: tools/list keeps registration order)
     from mcp_api.tools import projects  # noqa: F401
+    from mcp_api.tools import editor  # noqa: F401
+
     # isort: on
+    if settings.FORGE_OVERRIDE_SECURITIES:
+        from mcp_api.tools.writes import register_write_tools
+
+        register_write_tools()

@@ -73,7 +73,7 @@ class ExportArguments(ProjectArguments):
     offset: int = Field(default=0, ge=0, description="The next_offset of the previous answer, to continue.")
 
 
-def _visible(ctx: CallContext, slug: str) -> Project:
+def visible_project(ctx: CallContext, slug: str) -> Project:
     """The project, if this principal may view it; otherwise the same answer as for no such project."""
     project = Project.objects.filter(slug=slug.strip().lower()).first()
     if project is None or not consent.can_view(ctx.token.owner, project):
@@ -84,7 +84,7 @@ def _visible(ctx: CallContext, slug: str) -> Project:
     return project
 
 
-def _session_for(ctx: CallContext, handle: str | None) -> McpSession | None:
+def session_for(ctx: CallContext, handle: str | None) -> McpSession | None:
     if ctx.session is not None:
         return ctx.session
     if handle is None:
@@ -98,10 +98,10 @@ def _session_for(ctx: CallContext, handle: str | None) -> McpSession | None:
     return session
 
 
-def _project(ctx: CallContext, args: ProjectArguments) -> Project:
+def granted_project(ctx: CallContext, args: ProjectArguments) -> Project:
     """A project this session may read: visible to the principal and granted by an operator."""
-    project = _visible(ctx, args.project)
-    consent.require_grant(ctx.token, _session_for(ctx, args.session_handle), project)
+    project = visible_project(ctx, args.project)
+    consent.require_grant(ctx.token, session_for(ctx, args.session_handle), project)
     return project
 
 
@@ -133,7 +133,7 @@ def project_list(ctx: CallContext, args: NoArguments) -> dict[str, Any]:
 def project_overview(ctx: CallContext, args: ProjectArguments) -> dict[str, Any]:
     """What a project holds: counts of POUs by type and language, data types, configurations, resources,
     tasks, instances and variables, with its accepted revision."""
-    return _read(reads.overview, _project(ctx, args))
+    return _read(reads.overview, granted_project(ctx, args))
 
 
 @tool("project.find", title="Find elements", arguments=FindArguments)
@@ -143,7 +143,7 @@ def project_find(ctx: CallContext, args: FindArguments) -> dict[str, Any]:
     next_cursor."""
     return _read(
         reads.find,
-        _project(ctx, args),
+        granted_project(ctx, args),
         text=args.text,
         kind=args.kind,
         type=args.type,
@@ -157,7 +157,7 @@ def project_get_element(ctx: CallContext, args: ElementArguments) -> dict[str, A
     """One element by id: a POU with its interface and its ST/IL body (long bodies continue with
     next_cursor), a variable, a task with its instances, or a data type."""
     return _read(
-        reads.get_element, _project(ctx, args), args.element_id, body_limit=args.body_limit, cursor=args.cursor
+        reads.get_element, granted_project(ctx, args), args.element_id, body_limit=args.body_limit, cursor=args.cursor
     )
 
 
@@ -167,7 +167,7 @@ def project_list_variables(ctx: CallContext, args: VariablesArguments) -> dict[s
     section such as inputVars or globalVars. Pages with next_cursor."""
     return _read(
         reads.list_variables,
-        _project(ctx, args),
+        granted_project(ctx, args),
         scope=args.scope,
         section=args.section,
         limit=args.limit,
@@ -180,14 +180,14 @@ def project_check(ctx: CallContext, args: PageArguments) -> dict[str, Any]:
     """Findings of the project (problems first, then advisories): invalid or duplicate names, unknown
     types, bad initial values or addresses, undeclared or unused identifiers, programs without a task,
     and schema errors. Pages with next_offset."""
-    return _read(reads.check, _project(ctx, args), limit=args.limit, offset=args.offset)
+    return _read(reads.check, granted_project(ctx, args), limit=args.limit, offset=args.offset)
 
 
 @tool("project.export", title="Export a project", arguments=ExportArguments)
 def project_export(ctx: CallContext, args: ExportArguments) -> dict[str, Any]:
     """The project's PLCopen XML, 32,000 characters at a time (continue with next_offset). Prefer the
     bounded reads: a whole project can be large."""
-    return _read(reads.export, _project(ctx, args), offset=args.offset)
+    return _read(reads.export, granted_project(ctx, args), offset=args.offset)
 
 
 @tool("project.suggest_placement", title="Suggest where something belongs", arguments=PlacementArguments)
@@ -195,7 +195,7 @@ def project_suggest_placement(ctx: CallContext, args: PlacementArguments) -> dic
     """Rank the POUs, configurations and resources where something about a topic belongs, by their names,
     documentation and the variables they declare; each POU names the task or resource instances it runs
     in. Use before change_group.stage to pick a scope."""
-    return _read(reads.suggest_placement, _project(ctx, args), args.topic, limit=args.limit)
+    return _read(reads.suggest_placement, granted_project(ctx, args), args.topic, limit=args.limit)
 
 
 @tool("session.request_access", title="Request access to a project", arguments=AccessArguments, read_only=False)
@@ -203,8 +203,8 @@ def session_request_access(ctx: CallContext, args: AccessArguments) -> dict[str,
     """Ask the operators for access to a project for this session (the first project call does it too),
     or see where the request stands: pending, allowed, denied, revoked or ended. Stateless clients get a
     session_handle here (omit it the first time) and pass it with every project call."""
-    project = _visible(ctx, args.project)
-    session = _session_for(ctx, args.session_handle)
+    project = visible_project(ctx, args.project)
+    session = session_for(ctx, args.session_handle)
     if session is None:
         session = consent.mint_handle(ctx.token, ctx.revision, ctx.client_info)
     request = consent.raise_request(ctx.token, session, project)

@@ -13,6 +13,7 @@ from django.core.management.base import BaseCommand, CommandError
 from forge_site.env import envint, envstr
 
 logger = logging.getLogger("forge.server")
+EXPIRY_SWEEP_SECONDS = 2.0
 
 
 def twisted_endpoint(host: str, port: int) -> str:
@@ -46,6 +47,29 @@ def checkpoint_loop(stop: threading.Event) -> None:
             logger.exception("could not sign an audit checkpoint; will try again")
 
 
+def expiry_loop(stop: threading.Event) -> None:
+    """Expire pending confirmations as their time passes, so a waiting client hears of it at once."""
+    from django.db import DatabaseError, close_old_connections
+
+    from audit.services import AuditUnavailable
+    from confirmations.services import expire_due
+
+    while not stop.wait(EXPIRY_SWEEP_SECONDS):
+        close_old_connections()
+        try:
+            expire_due()
+        except (AuditUnavailable, DatabaseError):
+            logger.exception("could not expire pending confirmations; will try again")
+
+
+def recover_contracts(stdout) -> None:
+    """Before serving: contracts an ended process left in flight go to reconciliation, never re-sent."""
+    from confirmations.services import recover
+
+    for contract in recover(actor="startup"):
+        stdout.write(f"Recovery: contract {contract.memorable_id} ({contract.label}) is now {contract.state}.")
+
+
 class Command(BaseCommand):
     help = "Serve Forge MCP (Streamable HTTP at /mcp, legacy SSE at /sse, the console at /console/) with daphne."
 
@@ -61,6 +85,7 @@ class Command(BaseCommand):
         from forge_site.asgi import application
 
         raise_open_files_limit()
+        recover_contracts(self.stdout)
         url = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
 
         stop = threading.Event()
@@ -74,6 +99,7 @@ class Command(BaseCommand):
             self.stdout.flush()
             if settings.FORGE_AUDIT_CHECKPOINT_SECONDS:
                 threading.Thread(target=checkpoint_loop, args=(stop,), name="audit-checkpoints", daemon=True).start()
+            threading.Thread(target=expiry_loop, args=(stop,), name="confirmation-expiry", daemon=True).start()
 
         if settings.FORGE_OVERRIDE_SECURITIES:
             self.stdout.write("WARNING: FORGE_OVERRIDE_SECURITIES=1: direct-write tools are registered.")
