@@ -247,7 +247,7 @@ def prepare(
     """Record a contract and prepare it against the target as it is now. Returns the PREPARED contract;
     raises ExecutionRefused (after recording FAILED) when the target drifted or the intent does not apply.
     The same idempotency key is refused a second time: a confirmed request executes once."""
-    adapter = authorize(capability_name, adapter_kind(capability_name), method)
+    adapter = authorize(capability_name, capability(capability_name).target_kind, method)
     identity = adapter.identity(target)
     identity_json = sealing.canonical_json(identity)
     intent_json = sealing.canonical_json(intent)
@@ -314,10 +314,6 @@ def prepare(
     )
 
 
-def adapter_kind(capability_name: str) -> str:
-    return capability(capability_name).target_kind
-
-
 def _opened(contract: Contract) -> tuple[Capability, dict[str, Any], dict[str, Any]]:
     adapter = authorize(contract.capability, contract.target_kind, contract.method)
     identity = json.loads(sealing.unseal(str(contract.id), "target", bytes(contract.target_sealed)))
@@ -339,10 +335,12 @@ def _snapshot(contract: Contract) -> bytes:
 def execute(contract: Contract, *, actor: str, step: Step = no_step) -> Contract:
     """Carry out a PREPARED contract once. Returns it VERIFIED, FAILED, EXPIRED or in RECONCILIATION."""
     contract = load(contract.pk)
-    adapter, identity, intent = _opened(contract)
-    snapshot = _snapshot(contract)
+    # The state first: a contract that failed in preparation has no snapshot to open, and that is no
+    # sign of tampering.
     if contract.state != S.PREPARED:
         raise ExecutionRefused("state", f"contract {contract.memorable_id} is {contract.state}, not PREPARED")
+    adapter, identity, intent = _opened(contract)
+    snapshot = _snapshot(contract)
     if not contract.confirmation_digest:
         raise ExecutionRefused("unconfirmed", "the contract carries no confirmation")
     if contract.expires_at <= timezone.now():
