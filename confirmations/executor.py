@@ -248,9 +248,10 @@ def prepare(
     raises ExecutionRefused (after recording FAILED) when the target drifted or the intent does not apply.
     The same idempotency key is refused a second time: a confirmed request executes once."""
     adapter = authorize(capability_name, capability(capability_name).target_kind, method)
-    identity = adapter.identity(target)
-    identity_json = sealing.canonical_json(identity)
+    identity_json = sealing.canonical_json(adapter.identity(target))
     intent_json = sealing.canonical_json(intent)
+    # Prepare with the canonical forms execution will unseal, so both compute the same result.
+    identity, intent = json.loads(identity_json), json.loads(intent_json)
     now = timezone.now()
     contract = Contract(
         idempotency_digest=sealing.digest(
@@ -457,7 +458,8 @@ def rollback(contract: Contract, *, actor: str, typed_id: str, step: Step = no_s
             "the target changed after this contract was carried out; rolling it back would undo those changes "
             "too, so nothing was done",
         )
-    transition(contract, S.ROLLING_BACK, actor=actor, reason="rollback")
+    # Record who rolls back: recovery judges an in-flight contract by this process, not the forward one's.
+    transition(contract, S.ROLLING_BACK, actor=actor, reason="rollback", changes={"executor": executor_identity()})
     try:
         if adapter.read(identity).fingerprint != contract.post_fingerprint:
             return transition(contract, S.ROLLBACK_FAILED, actor=actor, reason="target_drift")
@@ -479,10 +481,16 @@ def resolve(contract: Contract, conclusion: str, *, actor: str) -> Contract:
         raise ExecutionRefused("state", f"contract {contract.memorable_id} is {contract.state}, not in RECONCILIATION")
     if conclusion not in RESOLUTIONS:
         raise ExecutionRefused("conclusion", f"conclude with one of {', '.join(RESOLUTIONS)}")
-    to = RESOLUTIONS[conclusion]
-    # "applied" seals the result the contract meant to produce, so a later rollback refuses unless the
-    # target really is in that state.
-    changes = {"post_fingerprint": contract.expected_post_fingerprint} if to == S.VERIFIED else {}
+    if contract.post_fingerprint:
+        # It was VERIFIED once, so this reconciliation is a rollback's: "applied" means the rollback took
+        # effect; "not applied" returns it to VERIFIED with the fingerprint sealed then.
+        to = S.VERIFIED if conclusion == "not_applied" else S.ROLLED_BACK
+        changes: dict[str, Any] = {}
+    else:
+        to = RESOLUTIONS[conclusion]
+        # "applied" seals the result the contract meant to produce, so a later rollback refuses unless
+        # the target really is in that state.
+        changes = {"post_fingerprint": contract.expected_post_fingerprint} if to == S.VERIFIED else {}
     return transition(contract, to, actor=actor, reason=f"resolved:{conclusion}", changes=changes, resolution=True)
 
 
@@ -504,6 +512,8 @@ def _abandoned(contract: Contract, lease: timedelta) -> bool:
     """Whether the process that last moved an in-flight contract is gone (or silent past the lease)."""
     host, _, pid = contract.executor.rpartition(":")
     if host == socket.gethostname() and pid.isdigit():
+        # On this host the process table is the truth: a live executor keeps its contract however long
+        # it takes; the lease is only for processes on other hosts, which cannot be asked.
         if int(pid) == os.getpid():
             return False
         try:
@@ -511,7 +521,8 @@ def _abandoned(contract: Contract, lease: timedelta) -> bool:
         except ProcessLookupError:
             return True
         except PermissionError:
-            pass
+            return False
+        return False
     return contract.updated_at <= timezone.now() - lease
 
 

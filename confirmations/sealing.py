@@ -77,7 +77,10 @@ def _canonical(value: Any) -> Any:
     if isinstance(value, str):
         return unicodedata.normalize("NFC", value)
     if isinstance(value, Mapping):
-        return {unicodedata.normalize("NFC", str(k)): _canonical(v) for k, v in value.items()}
+        canonical = {unicodedata.normalize("NFC", str(k)): _canonical(v) for k, v in value.items()}
+        if len(canonical) != len(value):
+            raise NotCanonical("two keys are the same text once normalized (NFC)")
+        return canonical
     if isinstance(value, list | tuple):
         return [_canonical(v) for v in value]
     raise NotCanonical(f"a {type(value).__name__} has no canonical form in a contract")

@@ -5,25 +5,31 @@ the audit row in the same transaction and, once committed, tells whoever waits t
 the confirmation's own group (a write call waiting for its decision), and the console. Expiry is swept on
 read (`expire_due`) and by the server's housekeeping thread; a decision on an expired item expires it and
 refuses. Approval runs the executor at once, so the operator's request returns with the outcome.
+
+The operator's other two decisions act on recovery contracts: `do_rollback_contract` and
+`do_resolve_contract` check the resolve_contract permission and hand the contract to the executor, which
+records the transitions; whatever they refuse is audited here, with the operator and the reason. The
+console and the operator REST API call these, never the executor directly.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
 from audit.models import EventKind
 from audit.services import record
 from caretaker.fingerprint import normalize_typed_id
-from confirmations import executor
+from confirmations import executor, sealing
 from confirmations.models import (
     ConfirmationState,
     Contract,
@@ -145,7 +151,7 @@ def _move(confirmation: PendingConfirmation, to: str, **changes: Any) -> Pending
 def _locked(confirmation_id: Any) -> PendingConfirmation:
     try:
         return PendingConfirmation.objects.select_for_update().get(pk=confirmation_id)
-    except (PendingConfirmation.DoesNotExist, ValueError, TypeError):
+    except (PendingConfirmation.DoesNotExist, ValueError, TypeError, ValidationError):
         raise DecisionRefused("not_found", "There is no such pending confirmation.", status=404) from None
 
 
@@ -237,16 +243,18 @@ def do_approve_confirmation(
 ) -> PendingConfirmation:
     """Approve, then carry the mutation out through the executor; returns the confirmation executed or
     failed (with its outcome). Refused, with nothing changed, when not pending, expired or not allowed."""
-    confirmation = _decide(confirmation_id, acting_user, "approve")
-    if confirmation.requires_typed_id and normalize_typed_id(typed_id) != (
-        confirmation.key_memorable_id or confirmation.memorable_id
-    ):
-        raise DecisionRefused(
-            "typed_id_mismatch", "Type the memorable ID shown with the confirmation exactly to approve it.", status=400
-        )
+    _decide(confirmation_id, acting_user, "approve")
     with transaction.atomic():
         confirmation = _locked(confirmation_id)
         _check_pending(confirmation, acting_user)
+        if confirmation.requires_typed_id and normalize_typed_id(typed_id) != (
+            confirmation.key_memorable_id or confirmation.memorable_id
+        ):
+            raise DecisionRefused(
+                "typed_id_mismatch",
+                "Type the memorable ID shown with the confirmation exactly to approve it.",
+                status=400,
+            )
         _move(confirmation, C.APPROVED, decided_by=acting_user, decided_at=timezone.now())
         _audit(confirmation, EventKind.CONFIRMATION_DECIDED, "approved", called_by=acting_user.get_username())
     return _carry_out(confirmation, acting_user.get_username())
@@ -276,6 +284,11 @@ def _carry_out(confirmation: PendingConfirmation, actor: str) -> PendingConfirma
     except executor.ExecutionRefused as refusal:
         contract = Contract.objects.filter(confirmation=confirmation).first()
         return _finish(confirmation, contract, refusal_reason=refusal.reason, message=refusal.message)
+    except sealing.ContractTampered:
+        # The contract record no longer authenticates: nothing more is done with it, and the client is
+        # told to go through an operator (the console shows the contract as tampered).
+        contract = Contract.objects.filter(confirmation=confirmation).first()
+        return _finish(confirmation, contract, refusal_reason="reconciliation")
     return _finish(confirmation, contract)
 
 
@@ -420,3 +433,124 @@ def outcome_of(confirmation: PendingConfirmation) -> dict[str, Any]:
     if confirmation.state in (C.PENDING, C.APPROVED):
         return {**base, "expires_at": confirmation.expires_at.isoformat()}
     return {**base, **confirmation.outcome, "state": confirmation.state}
+
+
+# --- operators' decisions on contracts: rollback and reconciliation -------------------------------
+
+CONTRACT_REFUSALS: dict[str, tuple[str, int]] = {
+    # executor refusal reason -> (wire code, HTTP status)
+    "typed_id": ("typed_id_mismatch", 400),
+    "conclusion": ("bad_conclusion", 400),
+    "target_drift": ("target_drift", 409),
+    "state": ("wrong_state", 409),
+    "stale": ("wrong_state", 409),
+}
+EVIDENCE_FINDINGS = {
+    "before": "The target matches what it was before the contract ran: the change is not in it.",
+    "result": "The target matches the intended result: the change is in it.",
+    "neither": "The target matches neither what it was before nor the intended result: something else changed it, "
+    "or the write was partial.",
+    "unreadable": "The target cannot be read now (missing, moved or unreadable).",
+}
+
+
+def contract_by_id(contract_id: Any) -> Contract:
+    """The contract with this id, as stored (not authenticated: `executor.load` does that)."""
+    try:
+        return Contract.objects.select_related("confirmation").get(pk=contract_id)
+    except (Contract.DoesNotExist, ValueError, TypeError, ValidationError):
+        raise DecisionRefused("not_found", "There is no such contract.", status=404) from None
+
+
+def tampered_refusal(exc: sealing.ContractTampered) -> DecisionRefused:
+    return DecisionRefused(
+        "contract_tampered",
+        f"{_sentence(str(exc))} Nothing can be done with it here: compare the database with a backup and check "
+        "the target by hand.",
+        status=409,
+    )
+
+
+def reconciliation_evidence(contract: Contract) -> dict[str, Any]:
+    """What the target looks like now next to the contract's fingerprints, with a sentence that says so."""
+    found = executor.evidence(contract)
+    if found["matches_before"]:
+        finding = "before"
+    elif found["matches_result"]:
+        finding = "result"
+    else:
+        finding = "neither" if found["current_fingerprint"] else "unreadable"
+    return {**found, "finding": finding, "text": EVIDENCE_FINDINGS[finding]}
+
+
+def do_rollback_contract(contract_id: Any, *, acting_user: AbstractBaseUser, typed_id: str) -> Contract:
+    """Roll a VERIFIED contract back (the operator typed its memorable ID). Returns the contract as the
+    rollback left it (ROLLED_BACK, or ROLLBACK_FAILED / RECONCILIATION when it went wrong midway); refused
+    with nothing changed (and audited) without the permission, on a typed-ID mismatch, in another state,
+    or when the target drifted since the contract was carried out."""
+    return _act_on_contract(
+        contract_id,
+        acting_user,
+        "rollback",
+        lambda contract: executor.rollback(contract, actor=acting_user.get_username(), typed_id=typed_id),
+    )
+
+
+def do_resolve_contract(contract_id: Any, *, acting_user: AbstractBaseUser, conclusion: str) -> Contract:
+    """An operator's conclusion on a contract in RECONCILIATION: "applied", "not_applied" or
+    "rolled_back_by_hand" (RESOLUTIONS). Refused with nothing changed (and audited) otherwise."""
+    return _act_on_contract(
+        contract_id,
+        acting_user,
+        f"resolve {conclusion}"[:60],
+        lambda contract: executor.resolve(contract, conclusion, actor=acting_user.get_username()),
+    )
+
+
+def _act_on_contract(
+    contract_id: Any, user: AbstractBaseUser, action: str, act: Callable[[Contract], Contract]
+) -> Contract:
+    contract = contract_by_id(contract_id)
+    if not user.has_perm(RESOLVE_PERMISSION):
+        refusal = DecisionRefused(
+            "permission_denied",
+            "You may not roll back contracts or resolve reconciliations; ask an administrator for the "
+            "resolve_contract permission.",
+            status=403,
+        )
+        outcome = f"refused: {action} without permission"
+    else:
+        try:
+            done = act(contract)
+        except executor.ExecutionRefused as exc:
+            code, status = CONTRACT_REFUSALS.get(exc.reason, (exc.reason, 409))
+            refusal = DecisionRefused(code, _sentence(exc.message), status=status)
+        except sealing.ContractTampered as exc:
+            refusal = tampered_refusal(exc)
+        else:
+            notify_console("contracts")
+            return done
+        outcome = f"refused: {action}, {refusal.code}"
+    # The executor's refusals change nothing, so they leave no contract event: the audit row says an
+    # operator tried, and why it was refused.
+    with transaction.atomic():
+        record(
+            EventKind.CONTRACT_TRANSITION,
+            tool=contract.capability,
+            arguments={
+                "contract": str(contract.id),
+                "memorable_id": contract.memorable_id,
+                "target_digest": contract.target_digest,
+                "state": contract.state,
+            },
+            outcome=outcome,
+            called_by=user.get_username(),
+        )
+    raise refusal
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    if not text:
+        return text
+    return text[0].upper() + text[1:] + ("" if text.endswith(".") else ".")

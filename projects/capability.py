@@ -10,6 +10,7 @@ written. Settling a written file records it as the project's next accepted revis
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
@@ -40,11 +41,17 @@ class ProjectFileCapability:
         return {"project": matches[0].slug, "path": matches[0].path}
 
     def _path(self, identity: Mapping[str, Any]) -> Path:
-        matches = list(Project.objects.filter(slug=identity["project"], path=identity["path"])[:2])
+        # The executor holds the identity in canonical form (NFC); the file keeps the name it has on disk,
+        # which may be decomposed (as macOS writes names), so compare the registered path canonically.
+        matches = [
+            project
+            for project in Project.objects.filter(slug=identity["project"])[:2]
+            if unicodedata.normalize("NFC", project.path) == unicodedata.normalize("NFC", identity["path"])
+        ]
         if len(matches) != 1:
             raise TargetMissing(f"project {identity['project']} is no longer registered at that path")
         try:
-            return inside_root(identity["path"])
+            return inside_root(matches[0].path)
         except PathOutsideRoot as exc:
             raise TargetMissing(str(exc)) from None
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Callable
+from glob import escape as glob_escape
 from pathlib import Path
 
 from django.conf import settings
@@ -24,6 +25,10 @@ def write_atomically(path: Path, data: bytes, step: Callable[[str], None] = _no_
     `step` is called at the boundaries ("after_temp_write", "after_rename") for the executor's crash test.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
+    # A process killed between writing its temporary file and the rename leaves one behind; the next
+    # write of the same file clears it (writes of one target never overlap: the executor reserves it).
+    for leftover in path.parent.glob(f".{glob_escape(path.name)}.*.tmp"):
+        leftover.unlink(missing_ok=True)
     temporary = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
     try:
         with open(temporary, "wb") as handle:

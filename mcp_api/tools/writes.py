@@ -11,11 +11,13 @@ after an operator approved; a client's say-so is never an approval.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.conf import settings
 from pydantic import create_model
 
+from confirmations.sealing import canonical_json
 from confirmations.services import do_create_confirmation
 from mcp_api.protocol import CallContext
 from mcp_api.tools import REGISTRY, Need, Tool, ToolError, register
@@ -98,7 +100,9 @@ def propose(ctx: CallContext, args: ProjectArguments, tool_name: str, op_name: s
     except (ProjectUnavailable, OSError) as exc:
         raise ToolError("FORGE_ERR_NOT_FOUND", f"The project cannot be read now: {exc}.") from None
     op = {"op": op_name, **args.model_dump(mode="json", exclude_unset=True, exclude={"project", "session_handle"})}
-    intent = intent_for([op])
+    # The executor keeps the intent in canonical form (NFC); previewing that same form makes the bytes
+    # the operator approves the bytes that are written.
+    intent = json.loads(canonical_json(intent_for([op])))
     try:
         preview = preview_change(current, intent, name=project.path)
     except operations.OperationRefused as refusal:
