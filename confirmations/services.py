@@ -31,6 +31,7 @@ from audit.services import record
 from caretaker.fingerprint import normalize_typed_id
 from confirmations import executor, sealing
 from confirmations.models import (
+    RESOLUTIONS,
     ConfirmationState,
     Contract,
     ContractState,
@@ -471,8 +472,27 @@ def tampered_refusal(exc: sealing.ContractTampered) -> DecisionRefused:
     )
 
 
+def reconciles(contract: Contract) -> str:
+    """What a contract in RECONCILIATION is unsure of, as `executor.resolve` reads it: "rollback" when it was
+    VERIFIED once (its result sealed), so its rollback was interrupted; "change" otherwise."""
+    return "rollback" if contract.post_fingerprint else "change"
+
+
+def conclusions(contract: Contract) -> dict[str, str]:
+    """The state each conclusion leads a contract in RECONCILIATION to (as `executor.resolve` decides): for a
+    rollback, "applied" means the rollback took effect and "not applied" returns the contract to VERIFIED."""
+    if reconciles(contract) == "rollback":
+        return {
+            "applied": ContractState.ROLLED_BACK,
+            "not_applied": ContractState.VERIFIED,
+            "rolled_back_by_hand": ContractState.ROLLED_BACK,
+        }
+    return dict(RESOLUTIONS)
+
+
 def reconciliation_evidence(contract: Contract) -> dict[str, Any]:
-    """What the target looks like now next to the contract's fingerprints, with a sentence that says so."""
+    """What the target looks like now next to the contract's fingerprints, with a sentence that says so,
+    what is being reconciled (the change, or its rollback) and where each conclusion leads."""
     found = executor.evidence(contract)
     if found["matches_before"]:
         finding = "before"
@@ -480,7 +500,13 @@ def reconciliation_evidence(contract: Contract) -> dict[str, Any]:
         finding = "result"
     else:
         finding = "neither" if found["current_fingerprint"] else "unreadable"
-    return {**found, "finding": finding, "text": EVIDENCE_FINDINGS[finding]}
+    return {
+        **found,
+        "finding": finding,
+        "text": EVIDENCE_FINDINGS[finding],
+        "reconciles": reconciles(contract),
+        "conclusions": conclusions(contract),
+    }
 
 
 def do_rollback_contract(contract_id: Any, *, acting_user: AbstractBaseUser, typed_id: str) -> Contract:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from django.contrib import admin
+from rest_framework.authentication import BaseAuthentication
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser, AnonymousUser
@@ -17,6 +18,13 @@ def is_operator(user: AbstractUser | AnonymousUser) -> bool:
     if not user.is_active:
         return False
     return user.is_superuser or (user.is_staff and user.groups.filter(name=OPERATORS_GROUP).exists())
+
+
+class OperatorAuthentication(BaseAuthentication):
+    """The base of a REST authentication whose credential stands for a console operator (an operator token):
+    the operator APIs accept it beside a console login and refuse every other token. It lives here rather
+    than in forge_site.rest because settings load authentication classes while REST framework is still
+    importing its views, which forge_site.rest needs."""
 
 
 class ReadOnlyModelAdmin(admin.ModelAdmin):

@@ -1,4 +1,5 @@
-"""What every REST API of this server shares: its error bodies and its strict query parameters.
+"""What every REST API of this server shares: its error bodies, strict parameters and bodies, keyset pages,
+and who may use the operator API.
 
 Errors: the one place REST framework errors become wire bodies, `{"code": "FORGE_ERR_...", "detail":
 sentence}`. Views raise REST framework exceptions with a sentence that says what to send instead; this
@@ -8,23 +9,37 @@ row could not be written (so nothing was done) with a 503 rather than a tracebac
 
 Parameters: an endpoint names the query parameters it takes, each given once; an unknown one is refused
 rather than silently ignored, and a number out of range is a 400 that says what to send. Pages are
-keyset pages: a `next` URL that repeats the filters and names the last item read.
+keyset pages: a `next` URL that repeats the filters and names the last item read. A JSON body is read
+into a strict argument model (unknown fields refused) and a bad one is a 400 that names the fields.
+
+Operators: the operator APIs (mcp_api's, confirmations') let in a console login or an operator token and
+refuse every other credential, above all a client token, which stands for an MCP client that must never
+decide for itself. The token classes live in mcp_api and are named in settings; an operator token's class
+derives from `forge_site.console.OperatorAuthentication`, so apps that must not import mcp_api can still tell the two apart.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from typing import Any
+from typing import Any, TypeVar
 
-from drf_spectacular.utils import OpenApiResponse
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import Model, Q, QuerySet
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+from pydantic import BaseModel
+from pydantic import ValidationError as PydanticValidationError
 from rest_framework import serializers
 from rest_framework.exceptions import APIException, ErrorDetail, NotAuthenticated
+from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as rest_framework_exception_handler
 
 from audit.services import AuditUnavailable
+from forge_site.console import OperatorAuthentication, is_operator
 
 log = logging.getLogger("forge.api")
 
@@ -34,6 +49,15 @@ NOT_AUTHENTICATED = (
 )
 MAX_WHOLE_NUMBER = 2**63 - 1  # a BigIntegerField's range
 _WHOLE_NUMBER = re.compile(r"[0-9]{1,19}")
+PAGE_SIZE = 50
+MAX_PAGE_SIZE = 200
+PAGE_QUERY = [
+    OpenApiParameter(
+        "limit", OpenApiTypes.INT, description=f"The page size, 1 to {MAX_PAGE_SIZE}; {PAGE_SIZE} unless given."
+    ),
+]
+Row = TypeVar("Row", bound=Model)
+Body = TypeVar("Body", bound=BaseModel)
 
 
 class BadParameter(APIException):
@@ -61,6 +85,13 @@ class ErrorBody(serializers.Serializer):
 def refusal(description: str) -> OpenApiResponse:
     """A documented refusal: an error body, and when it is given."""
     return OpenApiResponse(ErrorBody, description=description)
+
+
+OPERATOR_REFUSED = {
+    401: refusal("No credentials, or a token that is unknown or revoked."),
+    403: refusal("Not an operator, a client token, or (on a console login) a missing or forged CSRF token."),
+}
+BAD_QUERY = {400: refusal("A query parameter is unknown, repeated or out of range.")}
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
@@ -112,3 +143,62 @@ def next_page_url(request: Request, cursor: str, last: str) -> str:
     query = request.query_params.copy()
     query[cursor] = last
     return request.build_absolute_uri(f"{request.path}?{query.urlencode()}")
+
+
+def page_size(params: dict[str, str]) -> int:
+    return whole_number(params, "limit", "the page size", minimum=1, maximum=MAX_PAGE_SIZE, default=PAGE_SIZE)
+
+
+def page_in_creation_order(
+    request: Request, found: QuerySet[Row], params: dict[str, str], *, what: str
+) -> tuple[list[Row], str | None]:
+    """One keyset page of `found`, oldest first (created_at, then id), after the row whose id is the
+    `after` parameter (`what` names such a row in the refusal); with the URL of the next page, or None."""
+    limit = page_size(params)
+    after = params.get("after")
+    if after is not None:
+        try:
+            last_read = found.model.objects.filter(pk=after).values_list("created_at", flat=True).first()
+        except DjangoValidationError:  # not even the shape of an id (a UUID)
+            last_read = None
+        if last_read is None:
+            raise BadParameter(f"after must be the id of {what} already listed; got {after[:40]!r}.")
+        found = found.filter(Q(created_at__gt=last_read) | Q(created_at=last_read, pk__gt=after))
+    page = list(found.order_by("created_at", "pk")[: limit + 1])
+    if len(page) <= limit:
+        return page, None
+    page = page[:limit]
+    return page, next_page_url(request, "after", str(page[-1].pk))
+
+
+def parsed_body(model: type[Body], body: object, *, send: str) -> Body:
+    """The request's JSON body read into a strict argument model; a 400 saying what to `send` otherwise."""
+    try:
+        return model.model_validate(body)
+    except PydanticValidationError as exc:
+        fields = sorted({".".join(str(part) for part in error["loc"]) or "the body" for error in exc.errors()})
+        raise BadParameter(f"Send {send} and nothing else; check {', '.join(fields)}.") from None
+
+
+# --- the operator API's door -----------------------------------------------------------------------
+
+
+class OperatorsOnly(BasePermission):
+    message = (
+        "Only console operators use this API: log in to the console, or send an operator token made with "
+        "'manage.py create_operator_token'. Client tokens are for MCP clients."
+    )
+
+    def has_permission(self, request: Request, view: object) -> bool:
+        # A session login has no `auth`; any token other than an operator's (a client token) is refused.
+        by_operator_credential = request.auth is None or isinstance(
+            request.successful_authenticator, OperatorAuthentication
+        )
+        return by_operator_credential and is_operator(request.user)
+
+
+class OperatorSchema(AutoSchema):
+    """Documents only the credentials these endpoints accept: the client token authenticates but is refused."""
+
+    def get_auth(self) -> list[dict[str, list[str]]]:
+        return [requirement for requirement in super().get_auth() if "clientToken" not in requirement]

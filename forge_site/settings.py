@@ -147,13 +147,20 @@ REST_FRAMEWORK = {
 # /api/schema/ and /api/docs/: for anyone the API itself lets in (a console login or a token).
 SPECTACULAR_SETTINGS = {
     "TITLE": "Forge MCP API",
-    "DESCRIPTION": "The operator API (sessions, access requests, the MCP switch) and the audit log's API.",
+    "DESCRIPTION": "The operator API (sessions, access requests, the MCP switch, pending confirmations and "
+    "recovery contracts) and the audit log's API.",
     "VERSION": "1.0",  # the API's contract, not the package: change it when a client must change
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Three models have a field named state, each with its own choices: each set gets its own name.
+    "ENUM_NAME_OVERRIDES": {
+        "AccessStateEnum": "mcp_api.models.AccessState",
+        "ConfirmationStateEnum": "confirmations.models.ConfirmationState",
+        "ContractStateEnum": "confirmations.models.ContractState",
+    },
 }
 
 # --- MCP ------------------------------------------------------------------------------------------

@@ -17,4 +17,5 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/", include("mcp_api.urls")),
+    path("api/", include("confirmations.urls")),
 ]

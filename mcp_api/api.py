@@ -17,21 +17,31 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Q
-from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from rest_framework import serializers
 from rest_framework.decorators import api_view, parser_classes, permission_classes, schema
 from rest_framework.exceptions import APIException, NotFound, PermissionDenied
 from rest_framework.parsers import JSONParser
-from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from forge_site.console import is_operator
-from forge_site.rest import BadParameter, next_page_url, query_parameters, refusal, whole_number
+from forge_site.rest import (
+    BAD_QUERY,
+    OPERATOR_REFUSED,
+    PAGE_QUERY,
+    BadParameter,
+    OperatorSchema,
+    OperatorsOnly,
+    next_page_url,
+    page_in_creation_order,
+    page_size,
+    parsed_body,
+    query_parameters,
+    refusal,
+    whole_number,
+)
 from mcp_api.consent import (
     AccessAlreadyDecided,
     GrantNotPermitted,
@@ -40,31 +50,10 @@ from mcp_api.consent import (
     do_revoke_access,
 )
 from mcp_api.console import switch_position
-from mcp_api.models import AccessRequest, AccessState, McpSession, OperatorToken
+from mcp_api.models import AccessRequest, AccessState, McpSession
 from mcp_api.services import do_switch_mcp
 
-PAGE_SIZE = 50
-MAX_PAGE_SIZE = 200
 PAGE_PARAMETERS = frozenset({"after", "limit"})
-
-
-class OperatorsOnly(BasePermission):
-    message = (
-        "Only console operators use this API: log in to the console, or send an operator token made with "
-        "'manage.py create_operator_token'. Client tokens are for MCP clients."
-    )
-
-    def has_permission(self, request: Request, view: object) -> bool:
-        # A session login has no `auth`; any token other than an operator's (a client token) is refused.
-        by_operator_credential = request.auth is None or isinstance(request.auth, OperatorToken)
-        return by_operator_credential and is_operator(request.user)
-
-
-class OperatorSchema(AutoSchema):
-    """Documents only the credentials these endpoints accept: the client token authenticates but is refused."""
-
-    def get_auth(self) -> list[dict[str, list[str]]]:
-        return [requirement for requirement in super().get_auth() if "clientToken" not in requirement]
 
 
 class AlreadyDecided(APIException):
@@ -73,13 +62,8 @@ class AlreadyDecided(APIException):
     default_detail = "This access request is decided already; nothing was changed."
 
 
-REFUSED = {
-    401: refusal("No credentials, or a token that is unknown or revoked."),
-    403: refusal("Not an operator, a client token, or (on a console login) a missing or forged CSRF token."),
-}
-BAD_PARAMETER = {400: refusal("A query parameter is unknown, repeated or out of range.")}
 DECISION_REFUSED = {
-    **REFUSED,
+    **OPERATOR_REFUSED,
     403: refusal(
         "Not an operator, a client token, a missing or forged CSRF token, or no grant_access permission on "
         "the request's project (that attempt is audited)."
@@ -88,11 +72,6 @@ DECISION_REFUSED = {
     409: refusal("The request is not in a state this decision applies to; nothing was changed."),
     503: refusal("The audit log cannot be written, so nothing was done."),
 }
-PAGE_QUERY = [
-    OpenApiParameter(
-        "limit", OpenApiTypes.INT, description=f"The page size, 1 to {MAX_PAGE_SIZE}; {PAGE_SIZE} unless given."
-    ),
-]
 
 
 # --- serialized shapes -----------------------------------------------------------------------------
@@ -169,26 +148,15 @@ class SwitchOrder(BaseModel):
         OpenApiParameter("after", OpenApiTypes.STR, description="The id of the last session already read."),
         *PAGE_QUERY,
     ],
-    responses={200: SessionPage, **BAD_PARAMETER, **REFUSED},
+    responses={200: SessionPage, **BAD_QUERY, **OPERATOR_REFUSED},
 )
 @api_view(["GET"])
 @permission_classes([OperatorsOnly])
 @schema(OperatorSchema())
 def sessions(request: Request) -> Response:
     params = query_parameters(request, PAGE_PARAMETERS)
-    limit = _page_size(params)
-    found = McpSession.objects.filter(ended_at__isnull=True)
-    after = params.get("after")
-    if after is not None:
-        last_read = McpSession.objects.filter(pk=after).values_list("created_at", flat=True).first()
-        if last_read is None:
-            raise BadParameter(f"after must be the id of a session already listed; got {after[:40]!r}.")
-        found = found.filter(Q(created_at__gt=last_read) | Q(created_at=last_read, pk__gt=after))
-    page = list(found.select_related("token__owner").order_by("created_at", "pk")[: limit + 1])
-    following = None
-    if len(page) > limit:
-        page = page[:limit]
-        following = next_page_url(request, "after", page[-1].pk)
+    found = McpSession.objects.filter(ended_at__isnull=True).select_related("token__owner")
+    page, following = page_in_creation_order(request, found, params, what="a session")
     return Response({"sessions": SessionRow(page, many=True).data, "next": following})
 
 
@@ -203,14 +171,14 @@ def sessions(request: Request) -> Response:
         OpenApiParameter("after", OpenApiTypes.INT, description="The id of the last request already read."),
         *PAGE_QUERY,
     ],
-    responses={200: AccessRequestPage, **BAD_PARAMETER, **REFUSED},
+    responses={200: AccessRequestPage, **BAD_QUERY, **OPERATOR_REFUSED},
 )
 @api_view(["GET"])
 @permission_classes([OperatorsOnly])
 @schema(OperatorSchema())
 def access_requests(request: Request) -> Response:
     params = query_parameters(request, PAGE_PARAMETERS | {"state"})
-    limit = _page_size(params)
+    limit = page_size(params)
     after = whole_number(params, "after", "the id of the last request already read", minimum=0, default=0)
     found = AccessRequest.objects.filter(pk__gt=after)
     state = params.get("state")
@@ -275,7 +243,7 @@ revoke = _decision_view(
     methods=["GET"],
     summary="Read the MCP switch",
     description="Whether MCP is on, as every call reads it, and who turned it last.",
-    responses={200: SwitchPosition, **BAD_PARAMETER, **REFUSED},
+    responses={200: SwitchPosition, **BAD_QUERY, **OPERATOR_REFUSED},
 )
 @extend_schema(
     methods=["PUT"],
@@ -285,7 +253,7 @@ revoke = _decision_view(
     request=SwitchOrder,
     responses={
         200: SwitchTurned,
-        **REFUSED,
+        **OPERATOR_REFUSED,
         400: refusal('The body is not {"enabled": true} or {"enabled": false}.'),
         415: refusal("The body is not sent as application/json."),
         503: refusal("The audit log cannot be written, so nothing was done."),
@@ -299,24 +267,6 @@ def mcp_switch(request: Request) -> Response:
     query_parameters(request, frozenset())
     if request.method == "GET":
         return Response(SwitchPosition(switch_position()).data)
-    order = _switch_order(request.data)
+    order = parsed_body(SwitchOrder, request.data, send='a JSON object {"enabled": true} or {"enabled": false}')
     changed = do_switch_mcp(order.enabled, acting_user=request.user.get_username())
     return Response({**SwitchPosition(switch_position()).data, "changed": changed})
-
-
-# --- parsing ---------------------------------------------------------------------------------------
-
-
-def _page_size(params: dict[str, str]) -> int:
-    return whole_number(params, "limit", "the page size", minimum=1, maximum=MAX_PAGE_SIZE, default=PAGE_SIZE)
-
-
-def _switch_order(body: object) -> SwitchOrder:
-    try:
-        return SwitchOrder.model_validate(body)
-    except ValidationError as exc:
-        fields = sorted({".".join(str(part) for part in error["loc"]) or "the body" for error in exc.errors()})
-        raise BadParameter(
-            f'Send a JSON object {{"enabled": true}} or {{"enabled": false}} and nothing else; check '
-            f"{', '.join(fields)}."
-        ) from None

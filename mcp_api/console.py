@@ -1,9 +1,10 @@
-"""The console's front page: the MCP switch, client configurations and the open MCP sessions.
+"""The console's front page: the MCP switch, client configurations, what waits for a decision, open sessions.
 
 `ConsoleSite` is the Django admin site of the console (installed as the default site by
 `forge_site.apps.ConsoleAdminConfig`, so every `admin.register` lands on it). It adds the dashboard to
-the admin's index, above the usual list of apps, and one POST endpoint that turns the switch through
-`do_switch_mcp`, like the `mcp_switch` command and the server-state actions do. The client
+the admin's index, above the usual list of apps, one POST endpoint that turns the switch through
+`do_switch_mcp`, like the `mcp_switch` command and the server-state actions do, and the short address
+of a pending confirmation that write tools give their clients (`/console/confirmations/<id>/`). The client
 configurations here are also what `demo_setup` prints, there with the demo token filled in.
 """
 
@@ -19,9 +20,12 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, URLResolver, path, reverse
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from audit.services import AuditUnavailable
+from confirmations.console import confirmation_link
+from confirmations.models import ConfirmationState, Contract, ContractState, PendingConfirmation
 from forge_site.console import is_operator
 from mcp_api.hotpath import mcp_enabled
 from mcp_api.models import AccessRequest, AccessState, McpSession, ServerState, Transport
@@ -122,19 +126,41 @@ class Dashboard:
     may_switch: bool
     sessions: OpenSessions | None  # None for staff who may not see the sessions list either
     configurations: list[ClientConfiguration]
-    pending_requests: int | None  # access requests waiting for a decision; None without the view permission
+    # What waits for an operator, each None without the permission to view it: access requests and
+    # confirmations waiting for a decision, contracts waiting for a reconciliation.
+    pending_requests: int | None
+    pending_confirmations: int | None
+    reconciliations: int | None
+
+    @property
+    def shows_waiting_items(self) -> bool:
+        return any(
+            count is not None for count in (self.pending_requests, self.pending_confirmations, self.reconciliations)
+        )
 
 
 def dashboard(request: HttpRequest) -> Dashboard:
-    may_see_sessions = request.user.has_perm("mcp_api.view_mcpsession")
+    user = request.user
+    may_see_sessions = user.has_perm("mcp_api.view_mcpsession")
     return Dashboard(
         switch=switch_position(),
-        may_switch=is_operator(request.user),
+        may_switch=is_operator(user),
         sessions=open_sessions() if may_see_sessions else None,
         configurations=shown_configurations(request),
         pending_requests=(
             AccessRequest.objects.filter(state=AccessState.PENDING).count()
-            if request.user.has_perm("mcp_api.view_accessrequest")
+            if user.has_perm("mcp_api.view_accessrequest")
+            else None
+        ),
+        # Counted as the confirmations screen shows them, which expires what is due when it is read.
+        pending_confirmations=(
+            PendingConfirmation.objects.filter(state=ConfirmationState.PENDING, expires_at__gt=timezone.now()).count()
+            if user.has_perm("confirmations.view_pendingconfirmation")
+            else None
+        ),
+        reconciliations=(
+            Contract.objects.filter(state=ContractState.RECONCILIATION).count()
+            if user.has_perm("confirmations.view_contract")
             else None
         ),
     )
@@ -170,7 +196,11 @@ class ConsoleSite(admin.AdminSite):
     index_title = "Console"
 
     def get_urls(self) -> list[URLPattern | URLResolver]:
-        return [path("mcp-switch/", self.admin_view(switch_mcp), name="mcp_switch"), *super().get_urls()]
+        return [
+            path("mcp-switch/", self.admin_view(switch_mcp), name="mcp_switch"),
+            path("confirmations/<uuid:confirmation_id>/", self.admin_view(confirmation_link), name="confirmation_link"),
+            *super().get_urls(),
+        ]
 
     def index(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
         return super().index(request, extra_context={"dashboard": dashboard(request), **(extra_context or {})})

@@ -534,6 +534,15 @@ OPERATOR_PATHS = {
     "/api/access-requests/{request_id}/deny",
     "/api/access-requests/{request_id}/revoke",
     "/api/mcp",
+    # confirmations.api, the same operator API
+    "/api/confirmations",
+    "/api/confirmations/{confirmation_id}",
+    "/api/confirmations/{confirmation_id}/approve",
+    "/api/confirmations/{confirmation_id}/deny",
+    "/api/contracts",
+    "/api/contracts/{contract_id}",
+    "/api/contracts/{contract_id}/rollback",
+    "/api/contracts/{contract_id}/resolve",
 }
 AUDIT_PATHS = {
     "/api/audit/events",

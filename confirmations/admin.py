@@ -1,0 +1,282 @@
+"""Console screens for pending confirmations and recovery contracts (DESIGN section 14).
+
+Pending confirmations: a live list (a new one appears without a reload; see base_site.html) with a
+countdown to expiry, and a page per confirmation with its question, preview and arguments, where an
+operator approves (typing the memorable ID when the tool requires it) or denies. Contracts: a list
+filtered by state, and a page per contract with its fingerprints and state events, the rollback form
+of a VERIFIED contract (typed memorable ID) and the reconciliation form of one in RECONCILIATION, with
+what the target looks like now. Every decision goes through the `do_*` functions of
+`confirmations.services`, which check the permission and audit; these views parse, call and say what
+happened. Reading either screen expires what is due first, so nothing past its time shows as pending.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
+
+from audit.services import AuditUnavailable
+from confirmations import executor, sealing
+from confirmations.console import (
+    conclusion_choices,
+    contract_link,
+    countdown,
+    decision_message,
+    pretty_json,
+    preview_sections,
+    resolution_message,
+    rollback_message,
+    with_memorable_id,
+)
+from confirmations.models import ConfirmationState, Contract, ContractState, PendingConfirmation
+from confirmations.services import (
+    DECIDE_PERMISSION,
+    RESOLVE_PERMISSION,
+    DecisionRefused,
+    do_approve_confirmation,
+    do_deny_confirmation,
+    do_resolve_contract,
+    do_rollback_contract,
+    expire_due,
+    reconciles,
+    reconciliation_evidence,
+    tampered_refusal,
+)
+from forge_site.console import ReadOnlyModelAdmin
+
+log = logging.getLogger(__name__)
+
+NOT_AUDITED = "Nothing was done: the audit log could not be written (see the server log)."
+
+
+class MemorableIdSearch:
+    """Search that also finds a record by its memorable ID (or its first words), which is not stored."""
+
+    def get_search_results(self, request: HttpRequest, queryset, search_term: str):
+        found, may_have_duplicates = super().get_search_results(request, queryset, search_term)
+        matching = with_memorable_id(queryset, search_term)
+        if matching:
+            found = found | queryset.filter(pk__in=matching)
+        return found, may_have_duplicates
+
+
+@admin.register(PendingConfirmation)
+class PendingConfirmationAdmin(MemorableIdSearch, ReadOnlyModelAdmin):
+    # What to decide on first (which one, its state, the time left), then who asks for what.
+    list_display = (
+        "memorable",
+        "state",
+        "expires",
+        "tool",
+        "project",
+        "principal_name",
+        "client_label",
+        "session",
+        "created_at",
+    )
+    list_display_links = ("memorable",)
+    list_filter = ("state", "tool", "project")
+    list_select_related = ("principal",)
+    search_fields = ("tool", "project", "label", "client_label", "session_id", "principal__username")
+    date_hierarchy = "created_at"
+
+    @admin.display(description="memorable ID")
+    def memorable(self, confirmation: PendingConfirmation) -> str:
+        return format_html('<strong class="memorable-id">{}</strong>', confirmation.memorable_id)
+
+    @admin.display(description="principal", ordering="principal__username")
+    def principal_name(self, confirmation: PendingConfirmation) -> str:
+        return confirmation.principal.get_username()
+
+    @admin.display(description="session", ordering="session_id")
+    def session(self, confirmation: PendingConfirmation) -> str:
+        return format_html("<code>{}</code>", confirmation.session_id[:11] or "—")
+
+    @admin.display(description="expires", ordering="expires_at")
+    def expires(self, confirmation: PendingConfirmation) -> str:
+        return countdown(confirmation.expires_at, confirmation.state)
+
+    def get_urls(self):
+        decide = self.admin_site.admin_view(self.decide_view)
+        return [
+            path("<path:object_id>/decide/", decide, name="confirmations_pendingconfirmation_decide"),
+            *super().get_urls(),
+        ]
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
+        _expire_due(request)
+        return super().changelist_view(request, {"title": "Pending confirmations", **(extra_context or {})})
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "", extra_context=None):
+        _expire_due(request)
+        confirmation = self.get_object(request, unquote(object_id))
+        if confirmation is None:
+            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+        if not self.has_view_permission(request, confirmation):
+            return HttpResponseRedirect(reverse("admin:index"))
+        contract = Contract.objects.filter(confirmation=confirmation).first()
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Confirmation {confirmation.memorable_id}",
+            "subtitle": confirmation.tool,
+            "opts": self.opts,
+            "original": confirmation,
+            "has_view_permission": True,
+            "confirmation": confirmation,
+            "pending": confirmation.state == ConfirmationState.PENDING,
+            "may_decide": request.user.has_perm(DECIDE_PERMISSION),
+            "typed_id_of_key": bool(confirmation.key_memorable_id),
+            "countdown": countdown(confirmation.expires_at, confirmation.state),
+            "arguments": pretty_json(confirmation.arguments),
+            "preview": preview_sections(confirmation.preview),
+            "outcome": pretty_json(confirmation.outcome) if confirmation.outcome else "",
+            "contract": contract,
+            "contract_link": contract_link(str(contract.pk), contract.memorable_id) if contract else "",
+        }
+        return TemplateResponse(request, "admin/confirmations/pendingconfirmation/detail.html", context)
+
+    def decide_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """POST: decision=approve (with typed_id when required) or decision=deny (with an optional reason)."""
+        page = reverse("admin:confirmations_pendingconfirmation_change", args=[object_id])
+        if request.method != "POST":
+            return HttpResponseRedirect(page)
+        decision = request.POST.get("decision")
+        try:
+            if decision == "approve":
+                decided = do_approve_confirmation(
+                    unquote(object_id), acting_user=request.user, typed_id=request.POST.get("typed_id", "")
+                )
+            elif decision == "deny":
+                decided = do_deny_confirmation(
+                    unquote(object_id), acting_user=request.user, reason=request.POST.get("reason", "")
+                )
+            else:
+                self.message_user(request, "Choose approve or deny; nothing was decided.", messages.ERROR)
+                return HttpResponseRedirect(page)
+        except DecisionRefused as refusal:
+            self.message_user(request, refusal.message, messages.ERROR)
+            if refusal.status == 404:
+                return HttpResponseRedirect(reverse("admin:confirmations_pendingconfirmation_changelist"))
+            return HttpResponseRedirect(page)
+        except AuditUnavailable:
+            log.exception("deciding confirmation %s from the console: the audit row could not be written", object_id)
+            self.message_user(request, NOT_AUDITED, messages.ERROR)
+            return HttpResponseRedirect(page)
+        level, text = decision_message(decided)
+        self.message_user(request, text, level)
+        return HttpResponseRedirect(page)
+
+
+@admin.register(Contract)
+class ContractAdmin(MemorableIdSearch, ReadOnlyModelAdmin):
+    list_display = ("memorable", "label", "state", "detail", "capability", "method", "created_at", "updated_at")
+    list_display_links = ("memorable",)
+    list_filter = ("state", "capability", "method")
+    search_fields = ("label", "detail", "target_digest", "capability")
+    date_hierarchy = "created_at"
+
+    @admin.display(description="memorable ID")
+    def memorable(self, contract: Contract) -> str:
+        return format_html('<strong class="memorable-id">{}</strong>', contract.memorable_id)
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
+        return super().changelist_view(request, {"title": "Recovery contracts", **(extra_context or {})})
+
+    def get_urls(self):
+        wrap = self.admin_site.admin_view
+        return [
+            path("<path:object_id>/rollback/", wrap(self.rollback_view), name="confirmations_contract_rollback"),
+            path("<path:object_id>/resolve/", wrap(self.resolve_view), name="confirmations_contract_resolve"),
+            *super().get_urls(),
+        ]
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "", extra_context=None):
+        contract = self.get_object(request, unquote(object_id))
+        if contract is None:
+            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+        if not self.has_view_permission(request, contract):
+            return HttpResponseRedirect(reverse("admin:index"))
+        context: dict[str, Any] = {
+            **self.admin_site.each_context(request),
+            "title": f"Contract {contract.memorable_id}",
+            "subtitle": contract.label,
+            "opts": self.opts,
+            "original": contract,
+            "has_view_permission": True,
+            "contract": contract,
+            "events": list(contract.events.order_by("version")),
+            "may_resolve": request.user.has_perm(RESOLVE_PERMISSION),
+            "conclusions": conclusion_choices(contract),
+            "reconciles": reconciles(contract),
+            "tampered": "",
+            "evidence": None,
+            "evidence_error": "",
+        }
+        try:
+            executor.verify(contract)
+            if contract.state == ContractState.RECONCILIATION:
+                context["evidence"] = reconciliation_evidence(contract)
+        except sealing.ContractTampered as exc:
+            context["tampered"] = tampered_refusal(exc).message
+        except executor.ExecutionRefused as exc:
+            context["evidence_error"] = exc.message
+        if contract.confirmation_id:
+            context["confirmation_url"] = reverse(
+                "admin:confirmations_pendingconfirmation_change", args=[contract.confirmation_id]
+            )
+        return TemplateResponse(request, "admin/confirmations/contract/detail.html", context)
+
+    def rollback_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """POST typed_id: roll the contract back."""
+        return self._act(
+            request,
+            object_id,
+            lambda: do_rollback_contract(
+                unquote(object_id), acting_user=request.user, typed_id=request.POST.get("typed_id", "")
+            ),
+            rollback_message,
+        )
+
+    def resolve_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """POST conclusion: applied, not_applied or rolled_back_by_hand."""
+        conclusion = request.POST.get("conclusion", "")
+        return self._act(
+            request,
+            object_id,
+            lambda: do_resolve_contract(unquote(object_id), acting_user=request.user, conclusion=conclusion),
+            lambda contract: resolution_message(contract, conclusion),
+        )
+
+    def _act(self, request: HttpRequest, object_id: str, act, describe) -> HttpResponse:
+        page = reverse("admin:confirmations_contract_change", args=[object_id])
+        if request.method != "POST":
+            return HttpResponseRedirect(page)
+        try:
+            contract = act()
+        except DecisionRefused as refusal:
+            self.message_user(request, refusal.message, messages.ERROR)
+            if refusal.status == 404:
+                return HttpResponseRedirect(reverse("admin:confirmations_contract_changelist"))
+            return HttpResponseRedirect(page)
+        except AuditUnavailable:
+            log.exception("acting on contract %s from the console: the audit row could not be written", object_id)
+            self.message_user(request, NOT_AUDITED, messages.ERROR)
+            return HttpResponseRedirect(page)
+        level, text = describe(contract)
+        self.message_user(request, text, level)
+        return HttpResponseRedirect(page)
+
+
+def _expire_due(request: HttpRequest) -> None:
+    try:
+        expire_due()
+    except AuditUnavailable:
+        # The page still shows what is stored; the expiry sweep will try again.
+        log.exception("expiring due confirmations: the audit row could not be written")
