@@ -153,6 +153,12 @@ def _append_event(contract: Contract, from_state: str, actor: str, reason: str) 
     )
     event.mac = sealing.mac(event.mac_parts())
     event.save()
+    arguments = {"from": from_state, "to": contract.state, "version": contract.version, "reason": reason}
+    record_contract_event(contract, arguments, outcome=contract.state, actor=actor)
+
+
+def record_contract_event(contract: Contract, arguments: Mapping[str, Any], *, outcome: str, actor: str) -> None:
+    """An audit row about a contract: its ids, rule and target digest, never its target, intent or content."""
     record(
         EventKind.CONTRACT_TRANSITION,
         tool=contract.capability,
@@ -162,12 +168,9 @@ def _append_event(contract: Contract, from_state: str, actor: str, reason: str) 
             "target_kind": contract.target_kind,
             "method": contract.method,
             "target_digest": contract.target_digest,
-            "from": from_state,
-            "to": contract.state,
-            "version": contract.version,
-            "reason": reason,
+            **arguments,
         },
-        outcome=contract.state,
+        outcome=outcome,
         called_by=actor,
     )
 

@@ -560,18 +560,7 @@ def _act_on_contract(
     # The executor's refusals change nothing, so they leave no contract event: the audit row says an
     # operator tried, and why it was refused.
     with transaction.atomic():
-        record(
-            EventKind.CONTRACT_TRANSITION,
-            tool=contract.capability,
-            arguments={
-                "contract": str(contract.id),
-                "memorable_id": contract.memorable_id,
-                "target_digest": contract.target_digest,
-                "state": contract.state,
-            },
-            outcome=outcome,
-            called_by=user.get_username(),
-        )
+        executor.record_contract_event(contract, {"state": contract.state}, outcome=outcome, actor=user.get_username())
     raise refusal
 
 

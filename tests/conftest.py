@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -118,6 +119,15 @@ def _audit_files_in_a_temporary_place(tmp_path_factory):
     keys.signing_key.cache_clear()
     sealing.clear_key_cache()
     yield
+
+
+@pytest.fixture
+def root(settings, tmp_path) -> Path:
+    """The test's own projects root (FORGE_PROJECTS_ROOT), empty at the start."""
+    root = tmp_path / "projects"
+    root.mkdir()
+    settings.FORGE_PROJECTS_ROOT = root
+    return root.resolve()
 
 
 @pytest.fixture

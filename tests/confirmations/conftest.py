@@ -14,11 +14,8 @@ SAMPLE = "beremiz-first_steps.xml"
 
 
 @pytest.fixture(autouse=True)
-def root(settings, tmp_path) -> Path:
-    root = tmp_path / "projects"
-    root.mkdir()
-    settings.FORGE_PROJECTS_ROOT = root
-    return root.resolve()
+def _projects_root(root: Path) -> Path:
+    return root
 
 
 @pytest.fixture

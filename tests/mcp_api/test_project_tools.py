@@ -91,11 +91,8 @@ DUPLICATE_PROJECT = handmade(
 
 
 @pytest.fixture(autouse=True)
-def root(settings, tmp_path) -> Path:
-    root = tmp_path / "projects"
-    root.mkdir()
-    settings.FORGE_PROJECTS_ROOT = root
-    return root.resolve()
+def _projects_root(root: Path) -> Path:
+    return root
 
 
 def register(data: bytes, slug: str) -> Project:

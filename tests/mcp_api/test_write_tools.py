@@ -40,11 +40,8 @@ ADD_EXTRA = {"scope": "pou/plc_prg", "section": "localVars", "name": "Extra", "t
 
 
 @pytest.fixture(autouse=True)
-def root(settings, tmp_path) -> Path:
-    root = tmp_path / "projects"
-    root.mkdir()
-    settings.FORGE_PROJECTS_ROOT = root
-    return root.resolve()
+def _projects_root(root: Path) -> Path:
+    return root
 
 
 @pytest.fixture

@@ -21,11 +21,8 @@ pytestmark = [pytest.mark.django_db, pytest.mark.skipif(not STEPS.is_file(), rea
 
 
 @pytest.fixture(autouse=True)
-def root(settings, tmp_path) -> Path:
-    root = tmp_path / "projects"
-    root.mkdir()
-    settings.FORGE_PROJECTS_ROOT = root
-    return root.resolve()
+def _projects_root(root: Path) -> Path:
+    return root
 
 
 def run(*args: str) -> str:

@@ -29,11 +29,8 @@ SECRET = "forge-xxe-canary-7d1f"
 
 
 @pytest.fixture(autouse=True)
-def root(settings, tmp_path) -> Path:
-    root = tmp_path / "projects"
-    root.mkdir()
-    settings.FORGE_PROJECTS_ROOT = root
-    return root.resolve()
+def _projects_root(root: Path) -> Path:
+    return root
 
 
 def import_sample(name: str = STEPS, slug: str = "steps") -> Project:
