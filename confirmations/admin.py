@@ -78,8 +78,6 @@ class PendingConfirmationAdmin(MemorableIdSearch, ReadOnlyModelAdmin):
         "project",
         "principal_name",
         "client_label",
-        "session",
-        "created_at",
     )
     list_display_links = ("memorable",)
     list_filter = ("state", "tool", "project")
@@ -94,10 +92,6 @@ class PendingConfirmationAdmin(MemorableIdSearch, ReadOnlyModelAdmin):
     @admin.display(description="principal", ordering="principal__username")
     def principal_name(self, confirmation: PendingConfirmation) -> str:
         return confirmation.principal.get_username()
-
-    @admin.display(description="session", ordering="session_id")
-    def session(self, confirmation: PendingConfirmation) -> str:
-        return format_html("<code>{}</code>", confirmation.session_id[:11] or "—")
 
     @admin.display(description="expires", ordering="expires_at")
     def expires(self, confirmation: PendingConfirmation) -> str:
@@ -176,7 +170,7 @@ class PendingConfirmationAdmin(MemorableIdSearch, ReadOnlyModelAdmin):
 
 @admin.register(Contract)
 class ContractAdmin(MemorableIdSearch, ReadOnlyModelAdmin):
-    list_display = ("memorable", "label", "state", "detail", "capability", "method", "created_at", "updated_at")
+    list_display = ("memorable", "label", "state", "detail", "updated_at")
     list_display_links = ("memorable",)
     list_filter = ("state", "capability", "method")
     search_fields = ("label", "detail", "target_digest", "capability")

@@ -37,6 +37,7 @@ PREVIEW_TITLES = {
     "changed_ids": "Elements it changes",
     "new_findings": "Findings it adds",
     "resolved_findings": "Findings it clears",
+    "result_fingerprint": "SHA-256 of the file it writes",
 }
 
 
@@ -48,10 +49,23 @@ class PreviewSection:
     value: Any
 
 
+# What the preview carries for the client or for the diff's own rendering, not as sections of their own.
+PREVIEW_HIDDEN = frozenset({"result", "diff_truncated"})
+
+
 def preview_sections(preview: Mapping[str, Any]) -> list[PreviewSection]:
     """The preview as sections to render, each by the shape of its value."""
-    keys = [key for key in PREVIEW_ORDER if key in preview] + [key for key in preview if key not in PREVIEW_ORDER]
-    return [_section(key, preview[key]) for key in keys]
+    shown = [key for key in preview if key not in PREVIEW_HIDDEN]
+    keys = [key for key in PREVIEW_ORDER if key in shown] + [key for key in shown if key not in PREVIEW_ORDER]
+    sections = [_section(key, preview[key]) for key in keys]
+    if preview.get("diff_truncated"):
+        sections = [
+            PreviewSection(s.key, f"{s.title} (cut: the change is longer than shown)", s.kind, s.value)
+            if s.key == "diff"
+            else s
+            for s in sections
+        ]
+    return sections
 
 
 def _section(key: str, value: Any) -> PreviewSection:

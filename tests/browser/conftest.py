@@ -11,6 +11,7 @@ token) and a fresh browser context; the browser itself is started once per modul
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,15 @@ LAUNCH_ARGS = [
 ]
 WAIT_MS = 10_000
 """The bound on every wait for the page (Playwright's default is 30 s): generous, short for a hang."""
+
+
+def screenshot_path(name: str, tmp_path: Path) -> Path:
+    """Where a test's screenshot goes: the test's own folder, or FORGE_SCREENSHOTS (e.g. docs/images) when
+    set, to refresh the documentation's pictures on purpose rather than on every run."""
+    folder = Path(os.environ["FORGE_SCREENSHOTS"]) if os.environ.get("FORGE_SCREENSHOTS") else tmp_path
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / name
+
 
 OPERATOR = "olivia"
 CLIENT_OWNER = "dana"

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from mcp_api.revisions import LATEST_HANDSHAKE
-from tests.browser.conftest import CLIENT_LABEL, CLIENT_OWNER, ConsoleServer
+from tests.browser.conftest import CLIENT_LABEL, CLIENT_OWNER, ConsoleServer, screenshot_path
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -95,7 +95,7 @@ def test_a_client_session_opened_over_http_appears_in_the_sessions_table_after_a
     expect(cells.nth(2)).to_have_text(LATEST_HANDSHAKE)
     expect(cells.nth(3)).to_have_text("streamable-http")
     expect(cells.nth(6).locator("a")).to_have_attribute("href", f"/console/mcp_api/mcpsession/{session_id}/change/")
-    page.screenshot(path=tmp_path / SCREENSHOT_NAME, full_page=True)
+    page.screenshot(path=screenshot_path(SCREENSHOT_NAME, tmp_path), full_page=True)
 
 
 def test_the_copy_button_puts_a_client_configuration_on_the_clipboard(page: Page, console_server: ConsoleServer):

@@ -84,7 +84,7 @@ def test_the_list_shows_a_pending_confirmation_with_who_asked_and_a_countdown(op
     page = operator.get(reverse(CONFIRMATIONS)).content.decode()
 
     assert pending.memorable_id in page
-    for shown in ("project.write.add_variable", "steps", "carla", "carla-client", "session-of", "pending"):
+    for shown in ("project.write.add_variable", "steps", "carla", "carla-client", "pending"):
         assert shown in page
     assert 'class="countdown" data-countdown-seconds="' in page
 
