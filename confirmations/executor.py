@@ -122,6 +122,7 @@ def load(contract_id: Any, *, for_update: bool = False) -> Contract:
 
 
 def verify(contract: Contract) -> None:
+    """Check a contract's record MAC and its whole event chain; ContractTampered otherwise."""
     sealing.check_mac(contract.mac_parts(), contract.mac, f"contract {contract.id}")
     previous = ""
     events = list(ContractEvent.objects.filter(contract=contract).order_by("version"))
@@ -134,13 +135,18 @@ def verify(contract: Contract) -> None:
         raise sealing.ContractTampered(f"contract {contract.id} does not match its last event")
 
 
-def _append_event(contract: Contract, from_state: str, actor: str, reason: str) -> None:
-    previous = (
-        ContractEvent.objects.filter(contract=contract, version=contract.version - 1)
-        .values_list("mac", flat=True)
-        .first()
-        or ""
-    )
+def _verify_head(contract: Contract) -> str:
+    """Check the record MAC and its last event (the whole chain was checked when the contract was loaded
+    for this step); returns that event's MAC, which the next event chains to."""
+    sealing.check_mac(contract.mac_parts(), contract.mac, f"contract {contract.id}")
+    last = ContractEvent.objects.filter(contract=contract, version=contract.version).first()
+    if last is None or last.to_state != contract.state:
+        raise sealing.ContractTampered(f"contract {contract.id} does not match its last event")
+    sealing.check_mac(last.mac_parts(), last.mac, f"event {last.version} of contract {contract.id}")
+    return last.mac
+
+
+def _append_event(contract: Contract, from_state: str, actor: str, reason: str, *, previous: str) -> None:
     event = ContractEvent(
         contract=contract,
         version=contract.version,
@@ -203,7 +209,8 @@ def transition(
 ) -> Contract:
     """Move a contract to `to` in one transaction; refused unless declared and the record is unchanged."""
     with transaction.atomic():
-        current = load(contract.pk, for_update=True)
+        current = Contract.objects.select_for_update().get(pk=contract.pk)
+        previous = _verify_head(current)
         if (current.state, current.version) != (contract.state, contract.version):
             raise StaleContract()
         if resolution:
@@ -224,7 +231,7 @@ def transition(
             _reserve(current)
         else:
             TargetReservation.objects.filter(contract=current).delete()
-        _append_event(current, from_state, actor, reason)
+        _append_event(current, from_state, actor, reason, previous=previous)
         if inside is not None:
             inside(current)
     contract.__dict__.update(current.__dict__)
@@ -277,45 +284,57 @@ def prepare(
     contract.target_sealed = sealing.seal(str(contract.id), "target", identity_json)
     contract.intent_sealed = sealing.seal(str(contract.id), "intent", intent_json)
     contract.mac = sealing.mac(contract.mac_parts())
-    try:
-        with transaction.atomic():
-            contract.save(force_insert=True)
-            _append_event(contract, "", actor, "recorded")
-    except IntegrityError:
-        raise ExecutionRefused("duplicate", "this request was carried out (or refused) once already") from None
 
+    # Read and compute before recording: nothing is written here, and the record with its outcome then
+    # takes one transaction (PREPARING and PREPARED, or PREPARING and FAILED, each its own event).
+    refusal: ExecutionRefused | None = None
     try:
         observed = adapter.read(identity)
         if expected_fingerprint and observed.fingerprint != expected_fingerprint:
             raise ExecutionRefused("target_drift", "the target changed after the preview was made; nothing was written")
         result = adapter.forward(identity, method, observed.content, intent)
-    except ExecutionRefused as refusal:
-        transition(contract, S.FAILED, actor=actor, reason=refusal.reason)
-        raise
-    evidence = {
-        **approval,
-        "nonce": secrets.token_hex(16),
-        "contract": str(contract.id),
-        "operation": str(contract.operation_id),
-        "target_digest": contract.target_digest,
-        "precondition_fingerprint": observed.fingerprint,
-        "intent_digest": contract.intent_digest,
-        "issued": now.isoformat(),
-        "expires": contract.expires_at.isoformat(),
-    }
-    return transition(
-        contract,
-        S.PREPARED,
-        actor=actor,
-        reason="prepared",
-        changes={
-            "precondition_fingerprint": observed.fingerprint,
-            "snapshot_sealed": sealing.seal(str(contract.id), "snapshot", observed.content),
-            "snapshot_digest": sealing.digest(observed.content),
-            "expected_post_fingerprint": adapter.fingerprint(result),
-            "confirmation_digest": sealing.mac({"evidence": evidence}),
-        },
-    )
+    except ExecutionRefused as refused:
+        refusal = refused
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                contract.save(force_insert=True)
+        except IntegrityError:
+            raise ExecutionRefused("duplicate", "this request was carried out (or refused) once already") from None
+        _append_event(contract, "", actor, "recorded", previous="")
+        if refusal is not None:
+            transition(contract, S.FAILED, actor=actor, reason=refusal.reason)
+        else:
+            evidence = {
+                **approval,
+                "nonce": secrets.token_hex(16),
+                "contract": str(contract.id),
+                "operation": str(contract.operation_id),
+                "target_digest": contract.target_digest,
+                "precondition_fingerprint": observed.fingerprint,
+                "intent_digest": contract.intent_digest,
+                "issued": now.isoformat(),
+                "expires": contract.expires_at.isoformat(),
+            }
+            transition(
+                contract,
+                S.PREPARED,
+                actor=actor,
+                reason="prepared",
+                changes={
+                    "precondition_fingerprint": observed.fingerprint,
+                    "snapshot_sealed": sealing.seal(str(contract.id), "snapshot", observed.content),
+                    "snapshot_digest": sealing.digest(observed.content),
+                    "expected_post_fingerprint": adapter.fingerprint(result),
+                    "confirmation_digest": sealing.mac({"evidence": evidence}),
+                },
+            )
+    if refusal is not None:
+        raise refusal
+    # Kept on this object only: execute in the same process writes these bytes instead of computing them
+    # again (an apply and a schema validation, costly on a large project) once their fingerprint matches.
+    contract.prepared_result = result  # type: ignore[attr-defined]
+    return contract
 
 
 def _opened(contract: Contract) -> tuple[Capability, dict[str, Any], dict[str, Any]]:
@@ -336,8 +355,15 @@ def _snapshot(contract: Contract) -> bytes:
     return snapshot
 
 
-def execute(contract: Contract, *, actor: str, step: Step = no_step) -> Contract:
-    """Carry out a PREPARED contract once. Returns it VERIFIED, FAILED, EXPIRED or in RECONCILIATION."""
+Settled = Callable[[Contract, dict[str, Any]], None]
+
+
+def execute(contract: Contract, *, actor: str, step: Step = no_step, on_verified: Settled | None = None) -> Contract:
+    """Carry out a PREPARED contract once. Returns it VERIFIED, FAILED, EXPIRED or in RECONCILIATION.
+
+    `on_verified(contract, settled)` runs inside the VERIFIED transaction, so what the caller records
+    about the success (the confirmation's outcome) commits with it or not at all."""
+    prepared_result = getattr(contract, "prepared_result", None)
     contract = load(contract.pk)
     # The state first: a contract that failed in preparation has no snapshot to open, and that is no
     # sign of tampering.
@@ -355,7 +381,17 @@ def execute(contract: Contract, *, actor: str, step: Step = no_step) -> Contract
         transition(contract, S.EXPIRED, actor=actor, reason=busy.reason)
         raise
     try:
-        return _forward(contract, adapter, identity, intent, snapshot, actor=actor, step=step)
+        return _forward(
+            contract,
+            adapter,
+            identity,
+            intent,
+            snapshot,
+            actor=actor,
+            step=step,
+            on_verified=on_verified,
+            prepared_result=prepared_result,
+        )
     except Exception as exc:
         # Once EXECUTING, an unexpected failure leaves the target's state unknown: that is exactly what
         # reconciliation is for, so record it there rather than guess.
@@ -372,6 +408,8 @@ def _forward(
     *,
     actor: str,
     step: Step,
+    on_verified: Settled | None,
+    prepared_result: bytes | None = None,
 ) -> Contract:
     try:
         observed = adapter.read(identity)
@@ -379,7 +417,9 @@ def _forward(
         return transition(contract, S.FAILED, actor=actor, reason="target_missing")
     if observed.fingerprint != contract.precondition_fingerprint:
         return transition(contract, S.FAILED, actor=actor, reason="target_drift")
-    result = adapter.forward(identity, contract.method, snapshot, intent)
+    result = prepared_result
+    if result is None or adapter.fingerprint(result) != contract.expected_post_fingerprint:
+        result = adapter.forward(identity, contract.method, snapshot, intent)
     if adapter.fingerprint(result) != contract.expected_post_fingerprint:
         return transition(contract, S.FAILED, actor=actor, reason="result_changed")
     step("before_write")
@@ -387,7 +427,8 @@ def _forward(
         adapter.write(identity, result, step)
     except OSError:
         return _after_failed_write(contract, adapter, identity, actor, proof=contract.precondition_fingerprint)
-    return _verify(contract, adapter, identity, actor=actor, step=step, expected=contract.expected_post_fingerprint)
+    expected = contract.expected_post_fingerprint
+    return _verify(contract, adapter, identity, actor=actor, step=step, expected=expected, on_verified=on_verified)
 
 
 def _after_failed_write(
@@ -405,7 +446,14 @@ def _after_failed_write(
 
 
 def _verify(
-    contract: Contract, adapter: Capability, identity: dict[str, Any], *, actor: str, step: Step, expected: str
+    contract: Contract,
+    adapter: Capability,
+    identity: dict[str, Any],
+    *,
+    actor: str,
+    step: Step,
+    expected: str,
+    on_verified: Settled | None = None,
 ) -> Contract:
     try:
         read_back = adapter.read(identity).fingerprint
@@ -419,6 +467,8 @@ def _verify(
 
     def settle(current: Contract) -> None:
         settled.update(adapter.settle(identity, read_back, actor=actor, label=current.label))
+        if on_verified is not None:
+            on_verified(current, settled)
 
     changes = {"post_fingerprint": read_back} if done == S.VERIFIED else {}
     contract = transition(contract, done, actor=actor, reason="verified", changes=changes, inside=settle)

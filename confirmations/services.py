@@ -132,10 +132,11 @@ def _audit(confirmation: PendingConfirmation, kind: str, outcome: str, *, called
 
 
 def _announce(confirmation: PendingConfirmation) -> None:
-    """Once committed: wake a waiting call and refresh the console."""
-    state = confirmation.state
-    group = confirmation_group(confirmation.id)
-    transaction.on_commit(lambda: notify_streams(group, "confirmation.decided", state=state))
+    """Once committed: refresh the console, and give a waiting call the outcome it will answer with (only
+    final states: "approved" would wake it for nothing)."""
+    if confirmation.state not in (C.PENDING, C.APPROVED):
+        group, outcome = confirmation_group(confirmation.id), outcome_of(confirmation)
+        transaction.on_commit(lambda: notify_streams(group, "confirmation.decided", outcome=outcome))
     notify_console("confirmations")
 
 
@@ -150,8 +151,12 @@ def _move(confirmation: PendingConfirmation, to: str, **changes: Any) -> Pending
 
 
 def _locked(confirmation_id: Any) -> PendingConfirmation:
+    return _found(confirmation_id, PendingConfirmation.objects.select_for_update())
+
+
+def _found(confirmation_id: Any, query=None) -> PendingConfirmation:
     try:
-        return PendingConfirmation.objects.select_for_update().get(pk=confirmation_id)
+        return (query if query is not None else PendingConfirmation.objects).get(pk=confirmation_id)
     except (PendingConfirmation.DoesNotExist, ValueError, TypeError, ValidationError):
         raise DecisionRefused("not_found", "There is no such pending confirmation.", status=404) from None
 
@@ -176,9 +181,11 @@ def expire_due(*, actor: str = "expiry") -> int:
     return count
 
 
-def _refuse_decider(user: AbstractBaseUser, confirmation: PendingConfirmation, choice: str) -> None:
-    """Audit an attempt to decide without the permission, and refuse it. Called outside any transaction
-    that the refusal rolls back, so the audit row stays."""
+def _require_decider(confirmation_id: Any, user: AbstractBaseUser, choice: str) -> None:
+    """Refuse (and audit, in its own transaction) a decision by a user without decide_confirmation."""
+    if user.has_perm(DECIDE_PERMISSION):
+        return
+    confirmation = _found(confirmation_id)
     with transaction.atomic():
         _audit(
             confirmation,
@@ -193,24 +200,33 @@ def _refuse_decider(user: AbstractBaseUser, confirmation: PendingConfirmation, c
     )
 
 
-def _check_pending(confirmation: PendingConfirmation, user: AbstractBaseUser) -> None:
-    if _expire_if_due(confirmation, user.get_username()):
-        raise DecisionRefused(
-            "expired", "This confirmation expired before it was decided; the client must ask again.", status=409
-        )
-    if confirmation.state != C.PENDING:
-        raise DecisionRefused(
-            "already_decided", f"This confirmation was already decided: it is {confirmation.state}.", status=409
-        )
+EXPIRED_REFUSAL = ("expired", "This confirmation expired before it was decided; the client must ask again.")
+
+
+def _decide(
+    confirmation_id: Any, user: AbstractBaseUser, choice: str, decide: Callable[[PendingConfirmation], None]
+) -> PendingConfirmation:
+    """Make one decision in one transaction: refused (nothing changed) unless the user may decide and the
+    confirmation is pending; one past its time is expired (that stays) and the decision refused."""
+    _require_decider(confirmation_id, user, choice)
+    with transaction.atomic():
+        confirmation = _locked(confirmation_id)
+        expired = _expire_if_due(confirmation, user.get_username())
+        if not expired:
+            if confirmation.state != C.PENDING:
+                raise DecisionRefused(
+                    "already_decided", f"This confirmation was already decided: it is {confirmation.state}.", status=409
+                )
+            decide(confirmation)
+    if expired:
+        raise DecisionRefused(*EXPIRED_REFUSAL, status=409)
+    return confirmation
 
 
 def do_deny_confirmation(
     confirmation_id: Any, *, acting_user: AbstractBaseUser, reason: str = ""
 ) -> PendingConfirmation:
-    confirmation = _decide(confirmation_id, acting_user, "deny")
-    with transaction.atomic():
-        confirmation = _locked(confirmation_id)
-        _check_pending(confirmation, acting_user)
+    def deny(confirmation: PendingConfirmation) -> None:
         now = timezone.now()
         _move(
             confirmation,
@@ -221,22 +237,8 @@ def do_deny_confirmation(
             outcome=_refusal_outcome("denied", operator_note=reason[:500]),
         )
         _audit(confirmation, EventKind.CONFIRMATION_DECIDED, "denied", called_by=acting_user.get_username())
-    return confirmation
 
-
-def _decide(confirmation_id: Any, user: AbstractBaseUser, choice: str) -> PendingConfirmation:
-    """The confirmation, once the deciding user is allowed to decide it (else refused and audited)."""
-    with transaction.atomic():
-        confirmation = _locked(confirmation_id)
-        allowed = user.has_perm(DECIDE_PERMISSION)
-        expired = allowed and _expire_if_due(confirmation, user.get_username())
-    if not allowed:
-        _refuse_decider(user, confirmation, choice)
-    if expired:
-        raise DecisionRefused(
-            "expired", "This confirmation expired before it was decided; the client must ask again.", status=409
-        )
-    return confirmation
+    return _decide(confirmation_id, acting_user, "deny", deny)
 
 
 def do_approve_confirmation(
@@ -244,10 +246,8 @@ def do_approve_confirmation(
 ) -> PendingConfirmation:
     """Approve, then carry the mutation out through the executor; returns the confirmation executed or
     failed (with its outcome). Refused, with nothing changed, when not pending, expired or not allowed."""
-    _decide(confirmation_id, acting_user, "approve")
-    with transaction.atomic():
-        confirmation = _locked(confirmation_id)
-        _check_pending(confirmation, acting_user)
+
+    def approve(confirmation: PendingConfirmation) -> None:
         if confirmation.requires_typed_id and normalize_typed_id(typed_id) != (
             confirmation.key_memorable_id or confirmation.memorable_id
         ):
@@ -258,6 +258,8 @@ def do_approve_confirmation(
             )
         _move(confirmation, C.APPROVED, decided_by=acting_user, decided_at=timezone.now())
         _audit(confirmation, EventKind.CONFIRMATION_DECIDED, "approved", called_by=acting_user.get_username())
+
+    confirmation = _decide(confirmation_id, acting_user, "approve", approve)
     return _carry_out(confirmation, acting_user.get_username())
 
 
@@ -281,7 +283,9 @@ def _carry_out(confirmation: PendingConfirmation, actor: str) -> PendingConfirma
             expected_fingerprint=confirmation.base_fingerprint,
             confirmation=confirmation,
         )
-        contract = executor.execute(contract, actor=actor)
+        contract = executor.execute(
+            contract, actor=actor, on_verified=lambda verified, settled: _executed(confirmation, verified, settled)
+        )
     except executor.ExecutionRefused as refusal:
         contract = Contract.objects.filter(confirmation=confirmation).first()
         return _finish(confirmation, contract, refusal_reason=refusal.reason, message=refusal.message)
@@ -290,7 +294,26 @@ def _carry_out(confirmation: PendingConfirmation, actor: str) -> PendingConfirma
         # told to go through an operator (the console shows the contract as tampered).
         contract = Contract.objects.filter(confirmation=confirmation).first()
         return _finish(confirmation, contract, refusal_reason="reconciliation")
+    if contract.state == ContractState.VERIFIED:
+        confirmation.refresh_from_db()
+        return confirmation
     return _finish(confirmation, contract)
+
+
+def _executed(confirmation: PendingConfirmation, contract: Contract, settled: Mapping[str, Any]) -> None:
+    """Inside the contract's VERIFIED transaction: the confirmation is executed, with its result."""
+    locked = _locked(confirmation.pk)
+    outcome = {
+        "state": C.EXECUTED,
+        "result": {
+            **locked.preview.get("result", {}),
+            **settled,
+            "contract": str(contract.id),
+            "contract_memorable_id": contract.memorable_id,
+        },
+    }
+    _move(locked, C.EXECUTED, finished_at=timezone.now(), outcome=outcome)
+    _audit(locked, EventKind.CONFIRMATION_DECIDED, C.EXECUTED, called_by="executor")
 
 
 def _finish(
@@ -300,27 +323,17 @@ def _finish(
     refusal_reason: str = "",
     message: str = "",
 ) -> PendingConfirmation:
-    """Record what the executor did as the confirmation's outcome (executed, or failed and why)."""
+    """Record what the executor did as the confirmation's outcome when it did not succeed (or, after a
+    restart, whatever it did): executed, or failed and why."""
     if contract is not None and contract.state == ContractState.VERIFIED:
-        outcome = {
-            "state": C.EXECUTED,
-            "result": {
-                **confirmation.preview.get("result", {}),
-                **getattr(contract, "settled", {}),
-                "contract": str(contract.id),
-                "contract_memorable_id": contract.memorable_id,
-            },
-        }
-        to = C.EXECUTED
-    else:
-        reason = refusal_reason or (contract.detail if contract is not None else "not_carried_out")
-        in_reconciliation = contract is not None and contract.state == ContractState.RECONCILIATION
-        outcome = _refusal_outcome(
-            "reconciliation" if in_reconciliation else reason,
-            message=message,
-            contract=contract,
-        )
-        to = C.FAILED
+        with transaction.atomic():
+            if _locked(confirmation.pk).state == C.APPROVED:
+                _executed(confirmation, contract, {})
+        return _found(confirmation.pk)
+    reason = refusal_reason or (contract.detail if contract is not None else "not_carried_out")
+    in_reconciliation = contract is not None and contract.state == ContractState.RECONCILIATION
+    outcome = _refusal_outcome("reconciliation" if in_reconciliation else reason, message=message, contract=contract)
+    to = C.FAILED
     with transaction.atomic():
         locked = _locked(confirmation.pk)
         if locked.state != C.APPROVED:

@@ -190,8 +190,10 @@ class McpHttpConsumer(AsyncConsumer):
                 if disconnect in done:
                     return
                 if decided in done:
+                    outcome = decided.result().get("outcome")
                     decided = None
-                    final = await database_sync_to_async(ex.handle_decided)(wait)
+                    if outcome is not None:
+                        final = ex.decided_answer(wait, outcome)
                     continue
                 progress += 1
                 notification = progress_notification(wait.progress_token, progress)

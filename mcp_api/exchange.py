@@ -22,7 +22,7 @@ from django.conf import settings
 
 from audit.services import AuditUnavailable
 from confirmations.models import ConfirmationState, PendingConfirmation
-from confirmations.services import expire_due
+from confirmations.services import expire_due, outcome_of
 from mcp_api import jsonrpc, services
 from mcp_api.jsonrpc import (
     HEADER_MISMATCH,
@@ -377,14 +377,20 @@ def _wants_stream(exchange: Exchange, message: dict[str, Any]) -> bool:
 
 
 def handle_decided(wait: WaitPlan) -> dict[str, Any] | None:
-    """The final answer of a waiting write call once its confirmation is decided, else None."""
-    from mcp_api.tools.editor import confirmation_result
-
+    """The final answer of a waiting write call if its confirmation is decided by now, else None."""
     expire_due()
     confirmation = PendingConfirmation.objects.filter(pk=wait.confirmation_id).first()
     if confirmation is None or confirmation.state in (ConfirmationState.PENDING, ConfirmationState.APPROVED):
         return None
-    structured, is_error = confirmation_result(confirmation)
+    return decided_answer(wait, outcome_of(confirmation))
+
+
+def decided_answer(wait: WaitPlan, outcome: dict[str, Any]) -> dict[str, Any]:
+    """The final answer of a waiting write call from its confirmation's outcome (no database needed: the
+    decision's announcement carries the outcome)."""
+    from mcp_api.tools.editor import outcome_result
+
+    structured, is_error = outcome_result(outcome)
     return jsonrpc.result(wait.request_id, shape_result(wait.revision, tool_result(structured, is_error=is_error)))
 
 

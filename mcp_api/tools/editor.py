@@ -46,13 +46,19 @@ def _session_id(ctx: CallContext, handle: str | None) -> str:
 
 def confirmation_result(confirmation: PendingConfirmation) -> tuple[dict[str, Any], bool]:
     """A confirmation's outcome as a tool result: (structured content, is_error)."""
-    answer = outcome_of(confirmation)
-    if confirmation.state == ConfirmationState.EXECUTED:
+    return outcome_result(outcome_of(confirmation))
+
+
+def outcome_result(outcome: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """An outcome (`confirmations.services.outcome_of`) as a tool result: (structured content, is_error)."""
+    answer = dict(outcome)
+    state = answer["state"]
+    if state == ConfirmationState.EXECUTED:
         return answer, False
-    if confirmation.state in (ConfirmationState.PENDING, ConfirmationState.APPROVED):
+    if state in (ConfirmationState.PENDING, ConfirmationState.APPROVED):
         answer["message"] = (
             "Still waiting for an operator's decision in the Forge console; ask again later."
-            if confirmation.state == ConfirmationState.PENDING
+            if state == ConfirmationState.PENDING
             else "Approved; the change is being carried out. Ask again in a moment."
         )
         return answer, False

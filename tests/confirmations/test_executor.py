@@ -762,23 +762,21 @@ def test_a_contract_executing_in_this_process_is_left_alone(project):
     assert executor.load(contract.pk).state == S.EXECUTING
 
 
-def test_a_contract_left_preparing_by_a_dead_process_fails(monkeypatch, project, path, old):
+def test_a_process_dying_while_preparing_leaves_no_contract_and_no_change(monkeypatch, project, path, old):
+    # The target is read before anything is recorded, and the record commits with its outcome (PREPARED
+    # or FAILED), so a death in between leaves nothing for recovery to settle.
     class ProcessDied(BaseException):
         pass
 
     def die(self, identity):
         raise ProcessDied
 
-    monkeypatch.setattr(executor, "executor_identity", lambda: f"{socket.gethostname()}:{finished_pid()}")
     monkeypatch.setattr(ProjectFileCapability, "read", die)
     with pytest.raises(ProcessDied):
         prepare(project)
     monkeypatch.undo()
-    contract = Contract.objects.get()
-    assert contract.state == S.PREPARING
-    executor.recover_interrupted()
-    row = executor.load(contract.pk)
-    assert (row.state, row.detail) == (S.FAILED, "interrupted")
+    assert not Contract.objects.exists()
+    assert executor.recover_interrupted() == []
     assert path.read_bytes() == old
 
 
@@ -823,3 +821,30 @@ def test_a_project_bound_under_a_decomposed_unicode_file_name_can_be_changed(roo
     contract = executed(bound)
     assert (executor.load(contract.pk).state, contract.detail) == (S.VERIFIED, "verified")
     assert NEW_VARIABLE.encode() in (root / name).read_bytes()
+
+
+def _counting_forward(monkeypatch) -> list[int]:
+    calls: list[int] = []
+    original = ProjectFileCapability.forward
+
+    def forward(self, *args, **kwargs):
+        calls.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(ProjectFileCapability, "forward", forward)
+    return calls
+
+
+def test_execute_right_after_prepare_writes_the_prepared_bytes_without_computing_them_again(monkeypatch, project):
+    calls = _counting_forward(monkeypatch)
+    contract = executor.execute(prepare(project), actor=ACTOR)
+    assert contract.state == S.VERIFIED
+    assert len(calls) == 1
+
+
+def test_execute_of_a_contract_loaded_afresh_computes_its_result_from_the_sealed_snapshot(monkeypatch, project):
+    calls = _counting_forward(monkeypatch)
+    prepared = prepare(project)
+    contract = executor.execute(Contract.objects.get(pk=prepared.pk), actor=ACTOR)
+    assert contract.state == S.VERIFIED
+    assert len(calls) == 2

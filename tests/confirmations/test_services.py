@@ -423,20 +423,6 @@ def test_recovery_settles_an_approval_whose_contract_went_to_reconciliation_as_f
     assert path.read_bytes() == old
 
 
-def test_recovery_settles_an_approval_whose_contract_was_only_prepared_as_interrupted(
-    cast, project, path, old, approve_in_a_process_that_dies
-):
-    confirmation = ask(cast, project)
-    approve_in_a_process_that_dies(confirmation, "fingerprint")
-    assert Contract.objects.get(confirmation=confirmation).state == ContractState.PREPARING
-    services.recover()
-    stored = reloaded(confirmation)
-    assert stored.state == C.FAILED
-    assert (stored.outcome["error"], stored.outcome["reason"]) == ("FORGE_ERR_CONFIRMATION_EXPIRED", "interrupted")
-    assert Contract.objects.get(confirmation=confirmation).state == ContractState.FAILED
-    assert path.read_bytes() == old
-
-
 def test_recovery_leaves_an_approval_made_moments_ago_without_a_contract_alone(
     cast, project, approve_in_a_process_that_dies
 ):
@@ -492,14 +478,14 @@ async def _receive(layer: Any, channel: str, count: int = 1, bound: float = 5.0)
 
 
 @pytest.mark.django_db(transaction=True)
-def test_approval_announces_each_decided_state_on_the_confirmations_group_after_commit(cast, project, channel_layer):
+def test_approval_announces_the_final_outcome_on_the_confirmations_group_after_commit(cast, project, channel_layer):
     confirmation = ask(cast, project)
     channel = async_to_sync(_join)(channel_layer, services.confirmation_group(confirmation.id))
-    do_approve_confirmation(confirmation.id, acting_user=cast.operator.user)
-    assert async_to_sync(_receive)(channel_layer, channel, 2) == [
-        {"type": "confirmation.decided", "state": C.APPROVED},
-        {"type": "confirmation.decided", "state": C.EXECUTED},
-    ]
+    done = do_approve_confirmation(confirmation.id, acting_user=cast.operator.user)
+    [message] = async_to_sync(_receive)(channel_layer, channel)
+    assert message == {"type": "confirmation.decided", "outcome": services.outcome_of(done)}
+    assert message["outcome"]["state"] == C.EXECUTED
+    assert message["outcome"]["result"]["contract"] == str(done.contract.id)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -516,4 +502,5 @@ def test_a_decision_rolled_back_with_its_transaction_is_never_announced(cast, pr
     assert reloaded(confirmation).state == C.PENDING
     do_approve_confirmation(confirmation.id, acting_user=cast.operator.user)
     # Had the denial been announced before its commit, it would be the first message here.
-    assert async_to_sync(_receive)(channel_layer, channel) == [{"type": "confirmation.decided", "state": C.APPROVED}]
+    [message] = async_to_sync(_receive)(channel_layer, channel)
+    assert message["outcome"]["state"] == C.EXECUTED
