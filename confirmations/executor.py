@@ -428,7 +428,9 @@ def _forward(
     except OSError:
         return _after_failed_write(contract, adapter, identity, actor, proof=contract.precondition_fingerprint)
     expected = contract.expected_post_fingerprint
-    return _verify(contract, adapter, identity, actor=actor, step=step, expected=expected, on_verified=on_verified)
+    return _verify(
+        contract, adapter, identity, actor=actor, step=step, expected=expected, intent=intent, on_verified=on_verified
+    )
 
 
 def _after_failed_write(
@@ -453,6 +455,7 @@ def _verify(
     actor: str,
     step: Step,
     expected: str,
+    intent: Mapping[str, Any] | None = None,
     on_verified: Settled | None = None,
 ) -> Contract:
     try:
@@ -466,7 +469,12 @@ def _verify(
     settled: dict[str, Any] = {}
 
     def settle(current: Contract) -> None:
-        settled.update(adapter.settle(identity, read_back, actor=actor, label=current.label))
+        forward_intent = intent if done == S.VERIFIED else None
+        settled.update(
+            adapter.settle(
+                identity, read_back, actor=actor, label=current.label, method=current.method, intent=forward_intent
+            )
+        )
         if on_verified is not None:
             on_verified(current, settled)
 

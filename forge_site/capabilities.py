@@ -71,5 +71,15 @@ class Capability(Protocol):
     def write(self, identity: Mapping[str, Any], content: bytes, step: Step) -> None:
         """Replace the target's content atomically (all or nothing); OSError when it could not."""
 
-    def settle(self, identity: Mapping[str, Any], fingerprint: str, *, actor: str, label: str) -> dict[str, Any]:
-        """Record the target's new state in the owning app, inside the executor's transaction."""
+    def settle(
+        self,
+        identity: Mapping[str, Any],
+        fingerprint: str,
+        *,
+        actor: str,
+        label: str,
+        method: str,
+        intent: Mapping[str, Any] | None,
+    ) -> dict[str, Any]:
+        """Record the target's new state in the owning app, inside the executor's transaction (`intent` is
+        None after a rollback: the target is back to the state before the contract)."""

@@ -192,7 +192,9 @@ FORGE_CONFIRM_PROGRESS_SECONDS = envfloat("FORGE_CONFIRM_PROGRESS_SECONDS", 5.0,
 # Capability adapters by dotted path: the executor holds no project or roster logic of its own.
 FORGE_CAPABILITIES = {"project.file": "projects.capability.ProjectFileCapability"}
 # The exact (capability, target kind, method) rules the executor may carry out; nothing else, no wildcards.
-FORGE_EXECUTOR_POLICY = frozenset({("project.file", "project_file", "apply_operations")})
+FORGE_EXECUTOR_POLICY = frozenset(
+    {("project.file", "project_file", "apply_operations"), ("project.file", "project_file", "accept_draft")}
+)
 # An EXECUTING contract of a process that stopped answering for this long is handed to reconciliation.
 FORGE_EXECUTOR_LEASE_SECONDS = envfloat("FORGE_EXECUTOR_LEASE_SECONDS", 120.0, minimum=1.0)
 

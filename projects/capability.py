@@ -22,11 +22,12 @@ from django.utils import timezone
 from audit.models import EventKind
 from audit.services import record
 from forge_site.capabilities import IntentRefused, Observation, Step, TargetMissing
-from projects import operations, plcopen
+from projects import drafts, operations, plcopen
 from projects.files import PathOutsideRoot, inside_root, write_atomically
 from projects.models import Project
 
 APPLY_OPERATIONS = "apply_operations"
+ACCEPT_DRAFT = "accept_draft"  # the same transformation, and the draft's groups become accepted
 
 
 class ProjectFileCapability:
@@ -67,15 +68,27 @@ class ProjectFileCapability:
         return plcopen.fingerprint(content)
 
     def forward(self, identity: Mapping[str, Any], method: str, current: bytes, intent: Mapping[str, Any]) -> bytes:
-        if method != APPLY_OPERATIONS:
+        if method not in (APPLY_OPERATIONS, ACCEPT_DRAFT):
             raise IntentRefused(f"project files have no method {method!r}")
         return apply_intent(current, intent)
 
     def write(self, identity: Mapping[str, Any], content: bytes, step: Step) -> None:
         write_atomically(self._path(identity), content, step)
 
-    def settle(self, identity: Mapping[str, Any], fingerprint: str, *, actor: str, label: str) -> dict[str, Any]:
-        return {"accepted_revision": do_record_written(identity["project"], fingerprint, actor=actor, label=label)}
+    def settle(
+        self,
+        identity: Mapping[str, Any],
+        fingerprint: str,
+        *,
+        actor: str,
+        label: str,
+        method: str,
+        intent: Mapping[str, Any] | None,
+    ) -> dict[str, Any]:
+        revision = do_record_written(identity["project"], fingerprint, actor=actor, label=label)
+        if method == ACCEPT_DRAFT and intent is not None:
+            drafts.do_settle_accepted(identity["project"], intent, actor=actor)
+        return {"accepted_revision": revision}
 
 
 def intent_for(ops: list[dict[str, Any]], modified_at: datetime | None = None) -> dict[str, Any]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import uuid
+
+from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
@@ -24,3 +27,87 @@ class Project(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.slug})"
+
+
+class WorkingDraft(models.Model):
+    """A project's one working draft: the accepted file it builds on plus its change groups' operations.
+
+    `working_revision` moves with every change of the draft or of its groups (begin, stage, unstage,
+    submit, close, a replay on a new accepted revision, accept, discard), so a client's
+    `expected_working_revision` says whether it still looks at the draft it reasoned about."""
+
+    project = models.OneToOneField(Project, on_delete=models.CASCADE, related_name="draft")
+    base_revision = models.PositiveIntegerField(help_text="The accepted revision the operations are replayed on.")
+    base_fingerprint = models.CharField(max_length=64)
+    working_revision = models.PositiveIntegerField(default=0)
+    stamp = models.DateTimeField(default=timezone.now, help_text="The modification time the draft's file carries.")
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"draft of {self.project.slug} at revision {self.working_revision}"
+
+
+class GroupState(models.TextChoices):
+    BUILDING = "building"
+    SUBMITTED = "submitted"
+    CLOSED = "closed"
+    ACCEPTED = "accepted"
+    DISCARDED = "discarded"
+
+
+# Groups whose operations are part of the draft.
+LIVE_GROUP_STATES = (GroupState.BUILDING, GroupState.SUBMITTED, GroupState.CLOSED)
+
+
+class ChangeGroup(models.Model):
+    """One author's coherent change: its operations, why, and the findings it was submitted with."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    draft = models.ForeignKey(WorkingDraft, on_delete=models.CASCADE, related_name="groups")
+    session_id = models.CharField(max_length=100, db_index=True, help_text="The MCP session that owns it.")
+    principal = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    client_label = models.CharField(max_length=200, blank=True)
+    title = models.CharField(max_length=200)
+    rationale = models.TextField(blank=True)
+    state = models.CharField(max_length=20, choices=GroupState.choices, default=GroupState.BUILDING, db_index=True)
+    acknowledged_findings = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.title} ({self.state})"
+
+
+class StagedOperation(models.Model):
+    """One operation of a group, at its position in the draft (positions order all groups' operations)."""
+
+    draft = models.ForeignKey(WorkingDraft, on_delete=models.CASCADE, related_name="operations")
+    group = models.ForeignKey(ChangeGroup, on_delete=models.CASCADE, related_name="operations")
+    position = models.PositiveIntegerField()
+    batch_revision = models.PositiveIntegerField(help_text="The working revision its stage call made.")
+    operation = models.JSONField()
+    changed_ids = models.JSONField(default=list)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["draft", "position"]
+        constraints = [models.UniqueConstraint(fields=["draft", "position"], name="staged_operation_position")]
+
+
+class DraftEvent(models.Model):
+    """What happened to a draft at a revision, for `draft.events` and the reviewer."""
+
+    draft = models.ForeignKey(WorkingDraft, on_delete=models.CASCADE, related_name="events")
+    revision = models.PositiveIntegerField()
+    kind = models.CharField(max_length=20)
+    group = models.ForeignKey(ChangeGroup, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    session_id = models.CharField(max_length=100, blank=True)
+    actor = models.CharField(max_length=200, blank=True)
+    summary = models.JSONField(default=dict)
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["draft", "revision", "id"]
