@@ -82,10 +82,8 @@ def instructions() -> str:
         mode += " MCP IS SWITCHED OFF right now: only server_info and session.status answer until an operator switches it on."
     return (
         f"Forge MCP serves IEC 61131-3 PLC projects (PLCopen XML). {mode} "
-        "Start with session.status to see what this session may do. To change a project: read it, "
-        "change_group.begin, change_group.check, change_group.stage, then change_group.submit; an operator "
-        "reviews and accepts the working draft in the Forge console. No tool accepts or applies a change "
-        "on its own, and a statement in chat is never an approval."
+        f"Start with session.status to see what this session may do. {registry.AUTHORING_GUIDANCE} No tool "
+        "makes the working draft the project, and a statement in chat is never an approval."
     )
 
 

@@ -183,16 +183,6 @@ def current(project: Project) -> Materialized:
 # --- findings -------------------------------------------------------------------------------------------
 
 
-def _finding_dicts(document: plcopen.ProjectDocument) -> list[dict[str, str]]:
-    found = [f.to_dict() for f in findings.check(document.root)]
-    found += [
-        {"code": "schema_invalid", "severity": "problem", "element_id": "", "message": f"line {e.line}: {e.message}"}
-        for e in plcopen.validate(document)
-    ]
-    found.sort(key=lambda f: (f["severity"] != "problem", f["element_id"], f["code"]))
-    return found
-
-
 def _touches(element_id: str, changed: Sequence[str]) -> bool:
     key = element_id.lower()
     return any(key == c or key.startswith(c + "/") or c.startswith(key + "/") for c in (c.lower() for c in changed))
@@ -200,7 +190,11 @@ def _touches(element_id: str, changed: Sequence[str]) -> bool:
 
 def findings_for(document: plcopen.ProjectDocument, changed: Sequence[str]) -> list[dict[str, str]]:
     """Findings of a document about the elements some operations changed (and the schema's, if any)."""
-    return [f for f in _finding_dicts(document) if f["code"] == "schema_invalid" or _touches(f["element_id"], changed)]
+    return [
+        f
+        for f in findings.document_findings(document)
+        if f["code"] == "schema_invalid" or _touches(f["element_id"], changed)
+    ]
 
 
 def group_findings(materialized: Materialized, group: ChangeGroup) -> list[dict[str, str]]:

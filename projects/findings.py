@@ -40,7 +40,7 @@ from typing import Any
 
 from lxml import etree
 
-from projects import iec
+from projects import iec, plcopen
 
 NS = "http://www.plcopen.org/xml/tc6_0201"
 XHTML_NS = "http://www.w3.org/1999/xhtml"
@@ -185,6 +185,17 @@ def check(root: etree._Element, *, known_types: Iterable[str] = LIBRARY_TYPES) -
 # ---------------------------------------------------------------------------------------------------------
 # Reading the tree
 # ---------------------------------------------------------------------------------------------------------
+
+
+def document_findings(document: plcopen.ProjectDocument) -> list[dict[str, str]]:
+    """Every finding of a document and its schema errors, as dicts, problems first."""
+    found = [f.to_dict() for f in check(document.root)]
+    found += [
+        {"code": "schema_invalid", "severity": "problem", "element_id": "", "message": f"line {e.line}: {e.message}"}
+        for e in plcopen.validate(document)
+    ]
+    found.sort(key=lambda f: (f["severity"] != "problem", f["element_id"], f["code"]))
+    return found
 
 
 def _xpath(element: etree._Element, path: str) -> list[Any]:

@@ -7,53 +7,70 @@ answers describe the same state. Limits and cursors are those of `projects.plcop
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from projects import findings, placement, plcopen
+from projects import drafts, findings, placement, plcopen
 from projects.models import Project
-from projects.services import Opened, current_document
+from projects.services import current_document
 
 EXPORT_CHUNK = 32_000
+ACCEPTED = "accepted"
+WORKING_DRAFT = "working_draft"
 
 
-def _framed(opened: Opened, content: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "view": "accepted",
-        "project": opened.project.slug,
-        "accepted_revision": opened.project.accepted_revision,
-        **content,
-    }
+@dataclass(frozen=True)
+class Viewed:
+    """A project's document in one view, and the frame every answer about it carries."""
+
+    document: plcopen.ProjectDocument
+    frame: dict[str, Any]
 
 
-def overview(project: Project) -> dict[str, Any]:
+def _opened(project: Project, view: str) -> Viewed:
+    if view == WORKING_DRAFT:
+        materialized = drafts.current(project)
+        draft = materialized.draft
+        frame = {
+            "view": WORKING_DRAFT,
+            "project": project.slug,
+            "accepted_revision": draft.base_revision,
+            "working_revision": draft.working_revision,
+        }
+        return Viewed(materialized.document, frame)
     opened = current_document(project)
+    frame = {"view": "accepted", "project": opened.project.slug, "accepted_revision": opened.project.accepted_revision}
+    return Viewed(opened.document, frame)
+
+
+def _framed(opened: Viewed, content: dict[str, Any]) -> dict[str, Any]:
+    return {**opened.frame, **content}
+
+
+def overview(project: Project, view: str = ACCEPTED) -> dict[str, Any]:
+    opened = _opened(project, view)
     return _framed(opened, plcopen.overview(opened.document))
 
 
-def find(project: Project, **query: Any) -> dict[str, Any]:
-    opened = current_document(project)
+def find(project: Project, view: str = ACCEPTED, **query: Any) -> dict[str, Any]:
+    opened = _opened(project, view)
     return _framed(opened, plcopen.find(opened.document, **query))
 
 
-def get_element(project: Project, element_id: str, **options: Any) -> dict[str, Any]:
-    opened = current_document(project)
+def get_element(project: Project, element_id: str, view: str = ACCEPTED, **options: Any) -> dict[str, Any]:
+    opened = _opened(project, view)
     return _framed(opened, plcopen.get_element(opened.document, element_id, **options))
 
 
-def list_variables(project: Project, **query: Any) -> dict[str, Any]:
-    opened = current_document(project)
+def list_variables(project: Project, view: str = ACCEPTED, **query: Any) -> dict[str, Any]:
+    opened = _opened(project, view)
     return _framed(opened, plcopen.list_variables(opened.document, **query))
 
 
-def check(project: Project, *, limit: int, offset: int) -> dict[str, Any]:
+def check(project: Project, *, limit: int, offset: int, view: str = ACCEPTED) -> dict[str, Any]:
     """Schema errors and findings of the accepted project, problems first."""
-    opened = current_document(project)
-    found = [f.to_dict() for f in findings.check(opened.document.root)]
-    found += [
-        {"code": "schema_invalid", "severity": "problem", "element_id": "", "message": f"line {e.line}: {e.message}"}
-        for e in plcopen.validate(opened.document)
-    ]
-    found.sort(key=lambda f: (f["severity"] != "problem", f["element_id"], f["code"]))
+    opened = _opened(project, view)
+    found = findings.document_findings(opened.document)
     page = found[offset : offset + limit]
     content: dict[str, Any] = {
         "counts": {
@@ -67,9 +84,9 @@ def check(project: Project, *, limit: int, offset: int) -> dict[str, Any]:
     return _framed(opened, content)
 
 
-def export(project: Project, *, offset: int, limit: int = EXPORT_CHUNK) -> dict[str, Any]:
+def export(project: Project, *, offset: int, limit: int = EXPORT_CHUNK, view: str = ACCEPTED) -> dict[str, Any]:
     """The project's XML, in chunks: an unbounded answer would spend a client's whole context."""
-    opened = current_document(project)
+    opened = _opened(project, view)
     text = plcopen.serialize(opened.document).decode(opened.document.encoding)
     content: dict[str, Any] = {"length": len(text), "offset": offset, "xml": text[offset : offset + limit]}
     if offset + limit < len(text):
@@ -77,6 +94,6 @@ def export(project: Project, *, offset: int, limit: int = EXPORT_CHUNK) -> dict[
     return _framed(opened, content)
 
 
-def suggest_placement(project: Project, topic: str, *, limit: int) -> dict[str, Any]:
-    opened = current_document(project)
+def suggest_placement(project: Project, topic: str, *, limit: int, view: str = ACCEPTED) -> dict[str, Any]:
+    opened = _opened(project, view)
     return _framed(opened, placement.suggest_placement(opened.document, topic, limit))

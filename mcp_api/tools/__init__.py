@@ -27,6 +27,15 @@ if TYPE_CHECKING:
     from mcp_api.protocol import CallContext
 
 
+AUTHORING_GUIDANCE = (
+    "How to change a project: read it first (project.overview, project.find, project.get_element); "
+    "change_group.begin with a title and rationale; change_group.check your operations; change_group.stage "
+    "them in small batches; fix the findings each answer reports; then change_group.submit. A person reviews "
+    "the working draft and decides in the Forge console: never tell the user a change is in the project "
+    "before that."
+)
+
+
 class Need(StrEnum):
     TOKEN = "token"
     GRANT = "grant"
@@ -144,17 +153,20 @@ def tool(
     idempotent: bool = True,
     secret_arguments: frozenset[str] = frozenset(),
     when_off: bool = False,
+    guidance: bool = False,
 ) -> Callable[[Callable[[CallContext, Any], dict[str, Any]]], Callable[[CallContext, Any], dict[str, Any]]]:
-    """Declare a tool; the handler's docstring is its description."""
+    """Declare a tool; the handler's docstring is its description (with the authoring guidance after it
+    for the reads an agent makes before it writes)."""
 
     def decorate(
         handler: Callable[[CallContext, Any], dict[str, Any]],
     ) -> Callable[[CallContext, Any], dict[str, Any]]:
+        description = " ".join((handler.__doc__ or "").split())
         register(
             Tool(
                 name=name,
                 title=title,
-                description=" ".join((handler.__doc__ or "").split()),
+                description=f"{description} {AUTHORING_GUIDANCE}" if guidance else description,
                 arguments=arguments,
                 handler=handler,
                 needs=needs,
@@ -218,6 +230,7 @@ def ensure_loaded() -> None:
     # isort: off
     from mcp_api.tools import server  # noqa: F401  (first: tools/list keeps registration order)
     from mcp_api.tools import projects  # noqa: F401
+    from mcp_api.tools import drafts  # noqa: F401
     from mcp_api.tools import editor  # noqa: F401
 
     # isort: on

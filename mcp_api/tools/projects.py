@@ -1,7 +1,8 @@
-"""The project read tools (DESIGN 13): bounded reads of a registered project.
+"""The project read tools (DESIGN 13): bounded reads of a registered project, in the accepted view or the
+working draft's.
 
-Consent gates (the MCP switch and per-session grants) arrive with the console's access requests; until
-then a valid token may read every registered project.
+Every project call passes the consent gates (the MCP switch, and an operator's grant for this session);
+a project the principal may not view answers exactly as one that does not exist.
 """
 
 from __future__ import annotations
@@ -34,11 +35,18 @@ class ProjectArguments(Arguments):
     )
 
 
+class ReadArguments(ProjectArguments):
+    view: Literal["accepted", "working_draft"] = Field(
+        default="accepted",
+        description="accepted: the project as it is; working_draft: with every staged change group applied.",
+    )
+
+
 class AccessArguments(ProjectArguments):
     """session.request_access: the project, and for stateless clients the handle (omitted the first time)."""
 
 
-class FindArguments(ProjectArguments):
+class FindArguments(ReadArguments):
     text: str | None = Field(default=None, max_length=200, description="Substring of name, type or documentation.")
     kind: Literal["pou", "variable", "type", "config", "resource", "task", "instance"] | None = None
     type: str | None = Field(default=None, max_length=200, description="Exact declared type, POU type or base type.")
@@ -46,30 +54,30 @@ class FindArguments(ProjectArguments):
     cursor: str | None = Cursor
 
 
-class ElementArguments(ProjectArguments):
+class ElementArguments(ReadArguments):
     element_id: str = Field(max_length=500, description="A readable id such as pou/Main or pou/Main/var/Counter.")
     body_limit: int = Field(default=plcopen.DEFAULT_BODY_LIMIT, ge=1, le=plcopen.MAX_BODY_LIMIT)
     cursor: str | None = Cursor
 
 
-class VariablesArguments(ProjectArguments):
+class VariablesArguments(ReadArguments):
     scope: str | None = Field(default=None, max_length=500, description="A POU, configuration or resource id.")
     section: str | None = Field(default=None, max_length=40, description="inputVars, localVars, globalVars, ...")
     limit: int = Limit
     cursor: str | None = Cursor
 
 
-class PageArguments(ProjectArguments):
+class PageArguments(ReadArguments):
     limit: int = Limit
     offset: int = Field(default=0, ge=0, description="The next_offset of the previous answer, to continue.")
 
 
-class PlacementArguments(ProjectArguments):
+class PlacementArguments(ReadArguments):
     topic: str = Field(min_length=1, max_length=300, description="What you want to place, e.g. 'conveyor speed'.")
     limit: int = Field(default=10, ge=1, le=plcopen.MAX_LIMIT)
 
 
-class ExportArguments(ProjectArguments):
+class ExportArguments(ReadArguments):
     offset: int = Field(default=0, ge=0, description="The next_offset of the previous answer, to continue.")
 
 
@@ -129,11 +137,11 @@ def project_list(ctx: CallContext, args: NoArguments) -> dict[str, Any]:
     return listing
 
 
-@tool("project.overview", title="Project overview", arguments=ProjectArguments)
-def project_overview(ctx: CallContext, args: ProjectArguments) -> dict[str, Any]:
+@tool("project.overview", title="Project overview", arguments=ReadArguments, guidance=True)
+def project_overview(ctx: CallContext, args: ReadArguments) -> dict[str, Any]:
     """What a project holds: counts of POUs by type and language, data types, configurations, resources,
     tasks, instances and variables, with its accepted revision."""
-    return _read(reads.overview, granted_project(ctx, args))
+    return _read(reads.overview, granted_project(ctx, args), view=args.view)
 
 
 @tool("project.find", title="Find elements", arguments=FindArguments)
@@ -144,6 +152,7 @@ def project_find(ctx: CallContext, args: FindArguments) -> dict[str, Any]:
     return _read(
         reads.find,
         granted_project(ctx, args),
+        view=args.view,
         text=args.text,
         kind=args.kind,
         type=args.type,
@@ -157,7 +166,12 @@ def project_get_element(ctx: CallContext, args: ElementArguments) -> dict[str, A
     """One element by id: a POU with its interface and its ST/IL body (long bodies continue with
     next_cursor), a variable, a task with its instances, or a data type."""
     return _read(
-        reads.get_element, granted_project(ctx, args), args.element_id, body_limit=args.body_limit, cursor=args.cursor
+        reads.get_element,
+        granted_project(ctx, args),
+        args.element_id,
+        view=args.view,
+        body_limit=args.body_limit,
+        cursor=args.cursor,
     )
 
 
@@ -168,6 +182,7 @@ def project_list_variables(ctx: CallContext, args: VariablesArguments) -> dict[s
     return _read(
         reads.list_variables,
         granted_project(ctx, args),
+        view=args.view,
         scope=args.scope,
         section=args.section,
         limit=args.limit,
@@ -180,22 +195,22 @@ def project_check(ctx: CallContext, args: PageArguments) -> dict[str, Any]:
     """Findings of the project (problems first, then advisories): invalid or duplicate names, unknown
     types, bad initial values or addresses, undeclared or unused identifiers, programs without a task,
     and schema errors. Pages with next_offset."""
-    return _read(reads.check, granted_project(ctx, args), limit=args.limit, offset=args.offset)
+    return _read(reads.check, granted_project(ctx, args), limit=args.limit, offset=args.offset, view=args.view)
 
 
 @tool("project.export", title="Export a project", arguments=ExportArguments)
 def project_export(ctx: CallContext, args: ExportArguments) -> dict[str, Any]:
     """The project's PLCopen XML, 32,000 characters at a time (continue with next_offset). Prefer the
     bounded reads: a whole project can be large."""
-    return _read(reads.export, granted_project(ctx, args), offset=args.offset)
+    return _read(reads.export, granted_project(ctx, args), offset=args.offset, view=args.view)
 
 
-@tool("project.suggest_placement", title="Suggest where something belongs", arguments=PlacementArguments)
+@tool("project.suggest_placement", title="Suggest where something belongs", arguments=PlacementArguments, guidance=True)
 def project_suggest_placement(ctx: CallContext, args: PlacementArguments) -> dict[str, Any]:
     """Rank the POUs, configurations and resources where something about a topic belongs, by their names,
     documentation and the variables they declare; each POU names the task or resource instances it runs
     in. Use before change_group.stage to pick a scope."""
-    return _read(reads.suggest_placement, granted_project(ctx, args), args.topic, limit=args.limit)
+    return _read(reads.suggest_placement, granted_project(ctx, args), args.topic, limit=args.limit, view=args.view)
 
 
 @tool("session.request_access", title="Request access to a project", arguments=AccessArguments, read_only=False)
