@@ -54,6 +54,11 @@ def can_grant(user: AbstractBaseUser, project: Project) -> bool:
     return _has(user, "grant_access", project)
 
 
+def can_approve(user: AbstractBaseUser, project: Project) -> bool:
+    """Whether `user` may accept or discard the project's working draft (and approve its changes)."""
+    return _has(user, "approve_change", project)
+
+
 def visible_projects(user: AbstractBaseUser) -> QuerySet[Project]:
     """The projects this user may ask for, in slug order."""
     projects = Project.objects.order_by("slug")

@@ -3,8 +3,9 @@
 `ConsoleSite` is the Django admin site of the console (installed as the default site by
 `forge_site.apps.ConsoleAdminConfig`, so every `admin.register` lands on it). It adds the dashboard to
 the admin's index, above the usual list of apps, one POST endpoint that turns the switch through
-`do_switch_mcp`, like the `mcp_switch` command and the server-state actions do, and the short address
-of a pending confirmation that write tools give their clients (`/console/confirmations/<id>/`). The client
+`do_switch_mcp`, like the `mcp_switch` command and the server-state actions do, the short address
+of a pending confirmation that write tools give their clients (`/console/confirmations/<id>/`), and the
+working-draft screens (`mcp_api.draft_console`, under `/console/drafts/`). The client
 configurations here are also what `demo_setup` prints, there with the demo token filled in.
 """
 
@@ -27,6 +28,8 @@ from audit.services import AuditUnavailable
 from confirmations.console import confirmation_link
 from confirmations.models import ConfirmationState, Contract, ContractState, PendingConfirmation
 from forge_site.console import is_operator
+from mcp_api.acceptance import waiting
+from mcp_api.draft_console import DraftScreens
 from mcp_api.hotpath import mcp_enabled
 from mcp_api.models import AccessRequest, AccessState, McpSession, ServerState, Transport
 from mcp_api.services import do_switch_mcp
@@ -127,15 +130,18 @@ class Dashboard:
     sessions: OpenSessions | None  # None for staff who may not see the sessions list either
     configurations: list[ClientConfiguration]
     # What waits for an operator, each None without the permission to view it: access requests and
-    # confirmations waiting for a decision, contracts waiting for a reconciliation.
+    # confirmations waiting for a decision, contracts waiting for a reconciliation, working drafts
+    # waiting for a review.
     pending_requests: int | None
     pending_confirmations: int | None
     reconciliations: int | None
+    drafts_waiting: int | None = None
 
     @property
     def shows_waiting_items(self) -> bool:
         return any(
-            count is not None for count in (self.pending_requests, self.pending_confirmations, self.reconciliations)
+            count is not None
+            for count in (self.pending_requests, self.pending_confirmations, self.reconciliations, self.drafts_waiting)
         )
 
 
@@ -163,6 +169,7 @@ def dashboard(request: HttpRequest) -> Dashboard:
             if user.has_perm("confirmations.view_contract")
             else None
         ),
+        drafts_waiting=waiting(user).count() if user.has_perm("projects.view_project") else None,
     )
 
 
@@ -199,6 +206,7 @@ class ConsoleSite(admin.AdminSite):
         return [
             path("mcp-switch/", self.admin_view(switch_mcp), name="mcp_switch"),
             path("confirmations/<uuid:confirmation_id>/", self.admin_view(confirmation_link), name="confirmation_link"),
+            *DraftScreens(self).urls,
             *super().get_urls(),
         ]
 

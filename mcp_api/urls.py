@@ -1,10 +1,10 @@
-"""The operator API's HTTP routes, mounted at /api/ (see `mcp_api.api`)."""
+"""The operator API's HTTP routes, mounted at /api/ (see `mcp_api.api` and `mcp_api.draft_api`)."""
 
 from __future__ import annotations
 
 from django.urls import path
 
-from mcp_api import api
+from mcp_api import api, draft_api
 
 app_name = "mcp_api"
 
@@ -15,4 +15,8 @@ urlpatterns = [
     path("access-requests/<int:request_id>/deny", api.deny, name="deny-access"),
     path("access-requests/<int:request_id>/revoke", api.revoke, name="revoke-access"),
     path("mcp", api.mcp_switch, name="mcp-switch"),
+    path("drafts", draft_api.drafts, name="drafts"),
+    path("drafts/<slug:slug>", draft_api.draft, name="draft"),
+    path("drafts/<slug:slug>/accept", draft_api.accept, name="accept-draft"),
+    path("drafts/<slug:slug>/discard", draft_api.discard, name="discard-draft"),
 ]

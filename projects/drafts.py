@@ -29,6 +29,7 @@ from lxml import etree
 
 from audit.models import EventKind
 from audit.services import record
+from forge_site.live import notify_console
 from projects import findings, operations, plcopen
 from projects.models import (
     LIVE_GROUP_STATES,
@@ -74,11 +75,11 @@ class Materialized:
         return self.document is not self.accepted
 
 
-_cache: OrderedDict[tuple[int, str, int], Materialized] = OrderedDict()
+_cache: OrderedDict[tuple[int, str, int, str], Materialized] = OrderedDict()
 _cache_lock = threading.Lock()
 
 
-def _cached(key: tuple[int, str, int]) -> Materialized | None:
+def _cached(key: tuple[int, str, int, str]) -> Materialized | None:
     with _cache_lock:
         found = _cache.get(key)
         if found is not None:
@@ -86,15 +87,17 @@ def _cached(key: tuple[int, str, int]) -> Materialized | None:
         return found
 
 
-def _remember(key: tuple[int, str, int], materialized: Materialized) -> None:
+def _remember(key: tuple[int, str, int, str], materialized: Materialized) -> None:
     with _cache_lock:
         _cache[key] = materialized
         while len(_cache) > CACHE_SIZE:
             _cache.popitem(last=False)
 
 
-def _key(draft: WorkingDraft) -> tuple[int, str, int]:
-    return (draft.project_id, draft.base_fingerprint, draft.working_revision)
+def _key(draft: WorkingDraft) -> tuple[int, str, int, str]:
+    # The revision's update time too: a revision number can come back after a rolled-back transaction
+    # (the tool call's audit row failed, say) with other contents; its time does not.
+    return (draft.pk, draft.base_fingerprint, draft.working_revision, draft.updated_at.isoformat())
 
 
 # --- opening and materializing ------------------------------------------------------------------------
@@ -266,6 +269,8 @@ def _event(
         actor=actor or (group.principal.get_username() if group is not None else ""),
         summary=summary or {},
     )
+    # Open console pages (the drafts list, a review screen, the dashboard's count) read the draft again.
+    notify_console("drafts")
 
 
 def _owned(group_id: Any, draft: WorkingDraft, session_id: str, *, building: bool = True) -> ChangeGroup:
@@ -301,7 +306,7 @@ def do_begin_group(
     expected_revision: int,
 ) -> tuple[ChangeGroup, int]:
     with transaction.atomic():
-        draft, _ = _locked_draft(project, expected_revision)
+        draft, materialized = _locked_draft(project, expected_revision)
         group = ChangeGroup.objects.create(
             draft=draft,
             session_id=session_id,
@@ -312,14 +317,13 @@ def do_begin_group(
         )
         _bump(draft)
         _event(draft, "begin", group=group, summary={"title": title})
-    _carry_forward(draft, expected_revision)
+    _carry_forward(draft, materialized)
     return group, draft.working_revision
 
 
-def _carry_forward(draft: WorkingDraft, previous_revision: int) -> None:
-    """A change that leaves the draft's document as it was: the new revision shares the cached document."""
-    previous = _cached((draft.project_id, draft.base_fingerprint, previous_revision))
-    if previous is not None and _cached(_key(draft)) is None:
+def _carry_forward(draft: WorkingDraft, previous: Materialized) -> None:
+    """A change that leaves the draft's document as it was: the new revision shares the previous one's."""
+    if _cached(_key(draft)) is None:
         _remember(_key(draft), Materialized(draft, previous.accepted, previous.document, dict(previous.conflicts)))
 
 
@@ -361,7 +365,9 @@ def do_stage(
         stamp = _now_stamp()
         rehearsal = rehearse(materialized, ops, now=stamp)
         position = (StagedOperation.objects.filter(draft=draft).aggregate(top=Max("position"))["top"] or 0) + 1
-        _bump(draft, stamp=stamp)
+        # A batch that changes nothing leaves the document (and the stamp it carries) as it was: moving
+        # the stamp would make a replay of this revision differ from the document cached here.
+        _bump(draft, stamp=stamp if rehearsal.document is not materialized.document else None)
         StagedOperation.objects.bulk_create(
             StagedOperation(
                 draft=draft,
@@ -425,7 +431,8 @@ def do_unstage(
         group.updated_at = timezone.now()
         group.save(update_fields=["acknowledged_findings", "state", "updated_at"])
         _event(draft, "unstage", group=group, summary={"operations": count})
-    _remember(_key(draft), replayed)
+    # The replay snapshotted the draft row before the bump: cache it under the new revision's row.
+    _remember(_key(draft), Materialized(draft, replayed.accepted, replayed.document, dict(replayed.conflicts)))
     return {"group_id": str(group.pk), "withdrawn": count, "working_revision": draft.working_revision}
 
 
@@ -452,7 +459,7 @@ def do_submit(
         group.save(update_fields=["state", "acknowledged_findings", "updated_at"])
         _bump(draft)
         _event(draft, "submit", group=group, summary={"acknowledged_findings": len(group.acknowledged_findings)})
-    _carry_forward(draft, expected_revision)
+    _carry_forward(draft, materialized)
     return {
         "group_id": str(group.pk),
         "state": group.state,
@@ -464,14 +471,14 @@ def do_submit(
 def do_close(project: Project, group_id: Any, *, session_id: str, expected_revision: int) -> dict[str, Any]:
     """End one's group: its operations stay in the draft for the reviewer, no more can be added."""
     with transaction.atomic():
-        draft, _ = _locked_draft(project, expected_revision)
+        draft, materialized = _locked_draft(project, expected_revision)
         group = _owned(group_id, draft, session_id)
         group.state = GroupState.CLOSED
         group.updated_at = timezone.now()
         group.save(update_fields=["state", "updated_at"])
         _bump(draft)
         _event(draft, "close", group=group)
-    _carry_forward(draft, expected_revision)
+    _carry_forward(draft, materialized)
     return {"group_id": str(group.pk), "state": group.state, "working_revision": draft.working_revision}
 
 
@@ -568,6 +575,15 @@ def describe(project: Project, *, limit: int = DESCRIBE_LIMIT) -> dict[str, Any]
         fields = _differing_fields(old, entry)
         if fields:
             changed.append({"element_id": entry.id, "fields": fields})
+    # An element whose content differs only because an element inside it was added, removed or changed
+    # says nothing the inner element's own line does not.
+    inner = [*added, *removed, *(c["element_id"] for c in changed if c["fields"] != {"content": "changed"})]
+    changed = [
+        c
+        for c in changed
+        if c["fields"] != {"content": "changed"}
+        or not any(i.lower().startswith(c["element_id"].lower() + "/") for i in inner)
+    ]
     return {
         "project": project.slug,
         "accepted_revision": materialized.draft.base_revision,
@@ -597,7 +613,7 @@ def _differing_fields(old: plcopen.Entry, new: plcopen.Entry) -> dict[str, Any]:
 
 
 def _own_xml(element: etree._Element) -> bytes:
-    return etree.tostring(element)
+    return etree.tostring(element, with_tail=False)  # the tail is the whitespace after it, not its own
 
 
 # --- acceptance and discard (operators only: the console and the operator API) --------------------------
@@ -648,6 +664,12 @@ def do_settle_accepted(slug: str, intent: Mapping[str, Any], *, actor: str) -> N
     project = Project.objects.get(slug=slug)
     draft = WorkingDraft.objects.select_for_update().get(project=project)
     groups = list(ChangeGroup.objects.filter(pk__in=intent.get("groups", []), draft=draft).select_related("principal"))
+    # A batch staged into an accepted group after the revision the intent was taken at is not in the file:
+    # that group stays in the draft with those operations only (what was written leaves it).
+    written = intent.get("draft_revision", draft.working_revision)
+    continued = set(
+        StagedOperation.objects.filter(group__in=groups, batch_revision__gt=written).values_list("group_id", flat=True)
+    )
     record(
         EventKind.DRAFT_ACCEPTED,
         arguments={
@@ -655,12 +677,14 @@ def do_settle_accepted(slug: str, intent: Mapping[str, Any], *, actor: str) -> N
             "operations": len(intent.get("operations", [])),
             "skipped_conflicts": intent.get("skipped_conflicts", 0),
             "groups": provenance(groups),
+            **({"continued_groups": sorted(str(pk) for pk in continued)} if continued else {}),
         },
         outcome="accepted",
         called_by=actor,
         project=slug,
     )
-    ChangeGroup.objects.filter(pk__in=[g.pk for g in groups]).update(
+    StagedOperation.objects.filter(group_id__in=continued, batch_revision__lte=written).delete()
+    ChangeGroup.objects.filter(pk__in=[g.pk for g in groups if g.pk not in continued]).update(
         state=GroupState.ACCEPTED, updated_at=timezone.now()
     )
     draft.base_revision = project.accepted_revision
@@ -669,11 +693,15 @@ def do_settle_accepted(slug: str, intent: Mapping[str, Any], *, actor: str) -> N
     _event(draft, "accepted", actor=actor, summary={"groups": [str(g.pk) for g in groups]})
 
 
-def do_discard_draft(project: Project, *, acting_user: str) -> int:
-    """Throw the whole draft away (an operator's decision): every live group is discarded, audited."""
+def do_discard_draft(project: Project, *, acting_user: str, expected_revision: int | None = None) -> int:
+    """Throw the whole draft away (an operator's decision): every live group is discarded, audited.
+    With `expected_revision` (the one the operator reviewed), refused when the draft moved since."""
     with transaction.atomic():
-        draft, _ = draft_of(project)
-        draft = WorkingDraft.objects.select_for_update().get(pk=draft.pk)
+        if expected_revision is None:
+            draft, _ = draft_of(project)
+            draft = WorkingDraft.objects.select_for_update().get(pk=draft.pk)
+        else:
+            draft, _ = _locked_draft(project, expected_revision)
         groups = list(draft.groups.filter(state__in=LIVE_GROUP_STATES).select_related("principal"))
         if not groups:
             raise DraftRefused("FORGE_ERR_INVALID_OPERATION", "The working draft has no change groups to discard.")

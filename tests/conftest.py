@@ -44,6 +44,12 @@ class Cast:
     caretaker: Member
 
 
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings) -> None:
+    # The cast's operators get passwords; the production hasher would spend most of each test on them.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def cast(db) -> Cast:
     return Cast(

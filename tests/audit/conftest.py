@@ -15,12 +15,6 @@ def mirror_path(settings, tmp_path) -> Path:
     return settings.FORGE_AUDIT_LOG
 
 
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings) -> None:
-    # The cast's operators get passwords; the production hasher would spend most of each test on them.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"

@@ -21,9 +21,3 @@ def _projects_root(root: Path) -> Path:
 @pytest.fixture
 def project(db) -> Project:
     return do_import_project(sample_bytes(SAMPLE), slug="steps", acting_user="tests")
-
-
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings) -> None:
-    # The cast's operators get passwords; the production hasher would spend most of each test on them.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -14,12 +14,6 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture(autouse=True)
-def fast_password_hashing(settings) -> None:
-    # The cast's operators get passwords; the production hasher would spend most of each test on them.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
-@pytest.fixture(autouse=True)
 def fresh_channel_layer() -> Iterator[None]:
     # The in-memory layer is a process-wide singleton; a group joined in one test must not receive
     # the events of the next, so each test starts from a new layer.

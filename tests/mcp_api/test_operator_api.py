@@ -543,6 +543,11 @@ OPERATOR_PATHS = {
     "/api/contracts/{contract_id}",
     "/api/contracts/{contract_id}/rollback",
     "/api/contracts/{contract_id}/resolve",
+    # mcp_api.draft_api
+    "/api/drafts",
+    "/api/drafts/{slug}",
+    "/api/drafts/{slug}/accept",
+    "/api/drafts/{slug}/discard",
 }
 AUDIT_PATHS = {
     "/api/audit/events",

@@ -25,12 +25,6 @@ BIND = "admin:projects_project_bind"
 
 
 @pytest.fixture(autouse=True)
-def fast_password_hashing(settings) -> None:
-    # The cast's operators get passwords; the production hasher would spend most of each test on them.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
-@pytest.fixture(autouse=True)
 def _projects_root(root: Path) -> Path:
     return root
 
