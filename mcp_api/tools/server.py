@@ -5,11 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from pydantic import Field
 
 from mcp_api import consent, hotpath
+from mcp_api.models import Transport
 from mcp_api.protocol import SERVER_NAME, SERVER_VERSION, CallContext
 from mcp_api.revisions import ALL_REVISIONS
-from mcp_api.tools import NoArguments, tool
+from mcp_api.services import find_session
+from mcp_api.tools import Arguments, NoArguments, ToolError, tool
 
 
 @tool("server_info", title="Server information", when_off=True)
@@ -28,11 +31,29 @@ def server_info(ctx: CallContext, args: NoArguments) -> dict[str, Any]:
     }
 
 
-@tool("session.status", title="Session status", when_off=True)
-def session_status(ctx: CallContext, args: NoArguments) -> dict[str, Any]:
+class StatusArguments(Arguments):
+    session_handle: str | None = Field(
+        default=None,
+        max_length=64,
+        description="Stateless (2026-07-28) clients: the handle session.request_access gave you, to see its "
+        "grants and context generation.",
+    )
+
+
+@tool("session.status", title="Session status", arguments=StatusArguments, when_off=True)
+def session_status(ctx: CallContext, args: StatusArguments) -> dict[str, Any]:
     """Who this session is and what it may do: the negotiated revision, the principal and client label,
-    the session id (none for stateless clients) and the session's context generation."""
+    the session id (none for stateless clients), its grants and its context generation (pass it as
+    expected_context_generation to the change_group tools)."""
     session = ctx.session
+    if session is None and args.session_handle is not None:
+        session = find_session(ctx.token, args.session_handle)
+        if session is None or session.transport != Transport.HANDLE:
+            raise ToolError(
+                "FORGE_ERR_NOT_FOUND",
+                "This session handle is unknown or has ended. Call session.request_access without one for a "
+                "new handle.",
+            )
     return {
         "revision": ctx.revision,
         "transport": ctx.transport,
@@ -40,7 +61,8 @@ def session_status(ctx: CallContext, args: NoArguments) -> dict[str, Any]:
         "owner": ctx.called_by,
         "client_label": ctx.token.label,
         "client_info": ctx.client_info,
-        "session_id": session.id if session is not None else None,
+        "session_id": session.id if session is not None and session.transport != Transport.HANDLE else None,
+        "session_handle": session.id if session is not None and session.transport == Transport.HANDLE else None,
         "stateless": ctx.stateless,
         "context_generation": session.context_generation if session is not None else 0,
         "access": consent.grants_of(session) if session is not None else [],

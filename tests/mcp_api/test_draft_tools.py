@@ -103,8 +103,14 @@ class Client:
         return result["structuredContent"]
 
     async def generation(self) -> int:
-        session = await database_sync_to_async(McpSession.objects.get)(pk=self.handle)
-        return session.context_generation
+        """The context generation as a stateless client learns it: session.status with its handle."""
+        response = await send(
+            "POST",
+            "/mcp",
+            headers=stateless_headers(self.token, "tools/call", name="session.status"),
+            body=stateless_rpc("tools/call", {"name": "session.status", "arguments": {"session_handle": self.handle}}),
+        )
+        return response.json()["result"]["structuredContent"]["context_generation"]
 
     async def expected(self) -> dict[str, int]:
         """The revision and context generation this client last saw, as it passes them back."""
@@ -702,3 +708,27 @@ async def test_a_draft_call_before_an_operator_allowed_the_session_is_pending_an
 
     assert content["error"] == status["error"] == "FORGE_ERR_PROJECT_ACCESS_PENDING"
     assert await stored() == (0, 0, 0, 0)
+
+
+async def test_session_status_with_a_handle_reports_that_sessions_generation_and_grants(client):
+    stored = await database_sync_to_async(McpSession.objects.get)(pk=client.handle)
+    assert await client.generation() == stored.context_generation > 0
+    response = await send(
+        "POST",
+        "/mcp",
+        headers=stateless_headers(client.token, "tools/call", name="session.status"),
+        body=stateless_rpc("tools/call", {"name": "session.status", "arguments": {"session_handle": client.handle}}),
+    )
+    status = response.json()["result"]["structuredContent"]
+    assert status["session_handle"] == client.handle
+    assert {"project": SLUG, "state": "allowed"} in status["access"]
+
+
+async def test_session_status_with_an_unknown_handle_is_not_found(client):
+    response = await send(
+        "POST",
+        "/mcp",
+        headers=stateless_headers(client.token, "tools/call", name="session.status"),
+        body=stateless_rpc("tools/call", {"name": "session.status", "arguments": {"session_handle": "nope"}}),
+    )
+    assert response.json()["result"]["structuredContent"]["error"] == "FORGE_ERR_NOT_FOUND"
