@@ -44,6 +44,7 @@ class CallContext:
     client_capabilities: dict[str, Any] = field(default_factory=dict)
     project: str = ""  # the project a tool resolved, as registered: what the audit row names
     awaiting: str | None = None  # a confirmation the call created: the transport may wait for its decision
+    handle: str = ""  # a stateless client's session handle, once a tool resolved it: what the audit row names
 
     @property
     def stateless(self) -> bool:
@@ -55,7 +56,7 @@ class CallContext:
 
     @property
     def session_id(self) -> str:
-        return self.session.id if self.session is not None else ""
+        return self.session.id if self.session is not None else self.handle
 
 
 MCP_OFF = registry.ToolError(

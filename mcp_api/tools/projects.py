@@ -103,6 +103,7 @@ def session_for(ctx: CallContext, handle: str | None) -> McpSession | None:
             "FORGE_ERR_NOT_FOUND",
             "This session handle is unknown or has ended. Call session.request_access without one for a new handle.",
         )
+    ctx.handle = session.id
     return session
 
 

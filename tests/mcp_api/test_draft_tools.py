@@ -732,3 +732,11 @@ async def test_session_status_with_an_unknown_handle_is_not_found(client):
         body=stateless_rpc("tools/call", {"name": "session.status", "arguments": {"session_handle": "nope"}}),
     )
     assert response.json()["result"]["structuredContent"]["error"] == "FORGE_ERR_NOT_FOUND"
+
+
+async def test_a_stateless_calls_audit_row_names_its_session_handle(client):
+    await client.answer("draft.status")
+    row = await database_sync_to_async(
+        lambda: AuditEvent.objects.filter(kind=EventKind.TOOL_CALL, tool="draft.status").order_by("-seq").first()
+    )()
+    assert row.session == client.handle
