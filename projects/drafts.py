@@ -193,11 +193,11 @@ def _touches(element_id: str, changed: Sequence[str]) -> bool:
 
 def findings_for(document: plcopen.ProjectDocument, changed: Sequence[str]) -> list[dict[str, str]]:
     """Findings of a document about the elements some operations changed (and the schema's, if any)."""
-    return [
-        f
-        for f in findings.document_findings(document)
-        if f["code"] == "schema_invalid" or _touches(f["element_id"], changed)
-    ]
+    # Only the POUs the operations touched are checked: every other POU's findings are about elements
+    # outside these, and checking each POU's ST again is most of a whole-project check.
+    pous = {c.split("/")[1] for c in changed if c.lower().startswith("pou/")}
+    found = findings.document_findings(document, pous=pous)
+    return [f for f in found if f["code"] == "schema_invalid" or _touches(f["element_id"], changed)]
 
 
 def group_findings(materialized: Materialized, group: ChangeGroup) -> list[dict[str, str]]:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -158,18 +158,24 @@ class _Project:
         return f"'{name}' is a {_POU_KINDS.get(pou.get('pouType', ''), 'POU')}, which cannot be used as a type"
 
 
-def check(root: etree._Element, *, known_types: Iterable[str] = LIBRARY_TYPES) -> list[Finding]:
+def check(
+    root: etree._Element, *, known_types: Iterable[str] = LIBRARY_TYPES, pous: Collection[str] | None = None
+) -> list[Finding]:
     """All findings for the TC6 2.01 project `root`, sorted by element id then code. `known_types` names
-    library types and function blocks the project may use without defining them. Schema validity is not
-    checked here: the caller validates against the XSD and reports `schema_invalid` itself."""
+    library types and function blocks the project may use without defining them. `pous` (names) limits
+    the POU checks, the costly part, to those POUs: every finding they make is about an element inside the
+    POU, so a caller that only wants findings about some POUs loses nothing. Schema validity is not checked
+    here: the caller validates against the XSD and reports `schema_invalid` itself."""
     if root.tag != f"{{{NS}}}project":
         raise ValueError("not a PLCopen TC6 2.01 project element")
     project = _index(root, known_types)
     _check_global_names(root, project)
     for data_type in _xpath(root, "p:types/p:dataTypes/p:dataType"):
         _check_data_type(data_type, project)
+    wanted = None if pous is None else {name.casefold() for name in pous}
     for pou in _xpath(root, "p:types/p:pous/p:pou"):
-        _check_pou(pou, project)
+        if wanted is None or _name(pou).casefold() in wanted:
+            _check_pou(pou, project)
     configurations = _xpath(root, "p:instances/p:configurations/p:configuration")
     for configuration in configurations:
         _check_configuration(configuration, project)
@@ -187,9 +193,12 @@ def check(root: etree._Element, *, known_types: Iterable[str] = LIBRARY_TYPES) -
 # ---------------------------------------------------------------------------------------------------------
 
 
-def document_findings(document: plcopen.ProjectDocument) -> list[dict[str, str]]:
-    """Every finding of a document and its schema errors, as dicts, problems first."""
-    found = [f.to_dict() for f in check(document.root)]
+def document_findings(
+    document: plcopen.ProjectDocument, *, pous: Collection[str] | None = None
+) -> list[dict[str, str]]:
+    """Every finding of a document (of its POU checks, only those of `pous` when given) and its schema
+    errors, as dicts, problems first."""
+    found = [f.to_dict() for f in check(document.root, pous=pous)]
     found += [
         {"code": "schema_invalid", "severity": "problem", "element_id": "", "message": f"line {e.line}: {e.message}"}
         for e in plcopen.validate(document)
@@ -665,10 +674,9 @@ def _check_st(pou: etree._Element, project: _Project) -> None:
     used: set[str] = set()
     reported: set[str] = set()
     for where, code in _st_sources(pou):
-        for lexeme in iec.lex_st(code):
-            if lexeme.kind == "pragma":
-                used.update(word.casefold() for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", lexeme.text))
-        for token in iec.tokenize_st(code):
+        scan = iec.scan_st(code)
+        used.update(scan.pragma_words)
+        for token in scan.identifiers:
             if token.keyword or token.member or token.formal:
                 continue
             key = token.text.casefold()
