@@ -797,3 +797,19 @@ def test_beremiz_library_types_are_unknown_when_only_iec_types_are_known():
     findings = check(load(SAMPLES / "beremiz-python.xml"), known_types=())
     unknown = {re.search(r"unknown: '([^']+)'", f.message).group(1) for f in findings if f.code == "unknown_type"}
     assert unknown == {"python_eval", "RTC"}
+
+
+def test_checking_some_pous_gives_the_whole_checks_findings_about_them_and_the_rest_of_the_project():
+    root = project(
+        pous=pou("First", "program", section("localVars", var("unused_a")), body=st("Missing1 := 1;"))
+        + pou("Second", "program", section("localVars", var("unused_b")), body=st("Missing2 := 2;")),
+    )
+    everything = set(check(root))
+    some = set(check(root, pous={"FIRST"}))
+
+    def inside_second(finding: Finding) -> bool:
+        return finding.element_id.casefold().startswith("pou/second")
+
+    assert some <= everything
+    assert {f for f in everything if not inside_second(f)} <= some
+    assert not any(inside_second(f) for f in some) and any(inside_second(f) for f in everything)
