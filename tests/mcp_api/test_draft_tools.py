@@ -51,13 +51,6 @@ def _projects_root(root: Path) -> Path:
     return root
 
 
-@pytest.fixture(autouse=True)
-def _fresh_draft_cache():
-    drafts._cache.clear()
-    yield
-    drafts._cache.clear()
-
-
 @pytest.fixture
 def steps(transactional_db) -> Project:
     return do_import_project(sample_bytes("beremiz-first_steps.xml"), slug=SLUG, acting_user="tests")

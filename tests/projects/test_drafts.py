@@ -30,14 +30,6 @@ def _projects_root(root: Path) -> Path:
     return root
 
 
-@pytest.fixture(autouse=True)
-def _fresh_draft_cache():
-    """The process cache is keyed by project id, which a rolled-back test database hands out again."""
-    drafts._cache.clear()
-    yield
-    drafts._cache.clear()
-
-
 @pytest.fixture
 def project(db) -> Project:
     return do_import_project(sample_bytes("beremiz-first_steps.xml"), slug="steps", acting_user="tests")
