@@ -275,6 +275,35 @@ async def test_an_operator_accepting_over_rest_writes_exactly_the_draft_the_clie
     assert (after["groups"], after["changed"]) == ([], False)
 
 
+async def test_unstage_withdraws_the_last_operations_and_an_operator_discards_the_draft_over_rest(server):
+    with anyio.fail_after(BOUND):
+        async with streamable_client(server, mode="legacy") as client:
+            await allowed(server, client)
+            before = project_file(server).read_bytes()
+            group_id = await begin(client, "To withdraw and discard")
+            await answer(
+                client,
+                "change_group.stage",
+                {"group_id": group_id, "operations": [add("Kept1"), add("Withdrawn1")], **await expected(client)},
+            )
+            await answer(client, "change_group.unstage", {"group_id": group_id, "count": 1, **await expected(client)})
+            described = await answer(client, "change_group.describe", {"project": SLUG, "group_id": group_id})
+            draft = await export(client)
+            status = await answer(client, "draft.status", {"project": SLUG})
+            discarded = await anyio.to_thread.run_sync(
+                lambda: operator_api(
+                    server, "POST", f"/api/drafts/{SLUG}/discard", {"working_revision": status["working_revision"]}
+                )
+            )
+            after = await answer(client, "draft.status", {"project": SLUG})
+
+    assert [op["operation"]["name"] for op in described["operations"]] == ["Kept1"]
+    assert b'name="Kept1"' in draft and b'name="Withdrawn1"' not in draft
+    assert discarded.status_code == 200, discarded.text
+    assert (after["groups"], after["changed"]) == ([], False)
+    assert project_file(server).read_bytes() == before
+
+
 async def test_an_external_edit_of_the_file_turns_an_operation_that_no_longer_applies_into_a_conflict(server):
     with anyio.fail_after(BOUND):
         async with streamable_client(server, mode="legacy") as client:
