@@ -1,7 +1,7 @@
 """Cost of the working draft (``projects.drafts``) as it grows to 1,000 staged operations on a large project.
 
-For each size (500 POUs with 5,000 and 20,000 variables by default; ``--sizes 5000,20000,50000`` adds the
-largest) a child process gets a throwaway data dir (``FORGE_DATA_DIR`` in a temporary directory, migrated
+For each size (500 POUs with 5,000, 20,000 and 50,000 variables by default; ``--sizes`` chooses) a child
+process gets a throwaway data dir (``FORGE_DATA_DIR`` in a temporary directory, migrated
 with ``call_command("migrate")``; the checkout's ``var/`` is never touched) and, in-process, through
 ``projects.drafts`` and ``projects.services`` as the MCP tools call them:
 
@@ -20,15 +20,22 @@ with ``call_command("migrate")``; the checkout's ``var/`` is never touched) and,
 * at the same points, the parts of one stage call, each timed on its own: the file read and hash that every
   call makes (``current_document``), the deep copy of the draft document, ``operations.apply`` of one
   operation (copy + edit + XSD validation), the XSD validation of the result alone, and
-  ``findings.document_findings`` of the result, which ``rehearse`` computes on every stage call;
+  ``drafts.findings_for`` of the result as ``rehearse`` computes it on every stage call; beside them the
+  whole-project findings check (``findings.document_findings``), with the ST scans ``iec.scan_st``
+  remembers and with that cache cleared first;
 * at 1,000 operations, ``status``, ``describe``, ``check`` (one operation) and ``describe_group``: the first
-  call after a stage and the median of ``--repeat`` more.
+  call after a stage and the median of ``--repeat`` more;
+* then, with ``--mcp-calls`` (20), ``change_group.stage`` over Streamable HTTP on a live ``runmcp`` with its
+  own temporary data dir (MCP switched on, an operator, a token, the same project imported, the session
+  allowed): wall time per call, and the server's CPU per call.
 
+Each size's table is printed as soon as it is measured (and ``--json`` rewritten), a summary at the end;
+``--report a.json,b.json`` prints the tables of earlier runs again.
 The aim (issue 7): a stage call under 100 ms p50. Run it as::
 
-    .venv/bin/python bench/draft_bench.py                         # 5,000 and 20,000 variables
-    .venv/bin/python bench/draft_bench.py --sizes 5000,20000,50000 --json /tmp/draft.json
-    .venv/bin/python bench/draft_bench.py --sizes 5000 --ops 200 --batch 1   # smoke run
+    .venv/bin/python bench/draft_bench.py --json /tmp/draft.json           # all three sizes, about 10 minutes
+    .venv/bin/python bench/draft_bench.py --sizes 50000 --batch 1          # the largest project only
+    .venv/bin/python bench/draft_bench.py --sizes 5000 --ops 100 --batch 1 --mcp-calls 0   # smoke run
 """
 
 from __future__ import annotations
@@ -243,21 +250,32 @@ def materialization(run: DraftRun, repeat: int) -> dict[str, Any]:
 
 
 def stage_parts(run: DraftRun, next_op: dict[str, Any], repeat: int) -> dict[str, Any]:
-    """The parts of one stage call, each on its own, on the draft as it is now (nothing is stored)."""
-    from projects import drafts, findings, operations, plcopen
+    """The parts of one stage call, each on its own, on the draft as it is now (nothing is stored), and the
+    whole-project findings check a reviewer's view pays, with its ST scans remembered and without."""
+    from projects import drafts, findings, iec, operations, plcopen
     from projects.services import current_document
 
     document = drafts.current(run.project).document
-    result = operations.apply(document, [next_op]).doc
-    return {
+    applied = operations.apply(document, [next_op])
+    result = applied.doc
+    parts = {
         "file read + hash (current_document)": median_ms(lambda: current_document(run.project), repeat),
         "deep copy of the draft": median_ms(document.copy, repeat),
         "apply 1 op (copy + edit + XSD)": median_ms(lambda: operations.apply(document, [next_op]), repeat),
         "XSD validation of the result": median_ms(
             lambda: plcopen._validate_root(result.root, plcopen.SCHEMA_PATH), repeat
         ),
-        "findings of the result": median_ms(lambda: findings.document_findings(result), repeat),
+        "findings of the result (findings_for)": median_ms(
+            lambda: drafts.findings_for(result, applied.changed_ids), repeat
+        ),
+        "whole-project findings check": median_ms(lambda: findings.document_findings(result), repeat),
     }
+    scan_st = getattr(iec, "scan_st", None)
+    if scan_st is not None and hasattr(scan_st, "cache_clear"):
+        parts["  the same, ST scan cache cleared"] = median_ms(
+            lambda: findings.document_findings(result), repeat, scan_st.cache_clear
+        )
+    return parts
 
 
 def reads(run: DraftRun, next_op: dict[str, Any], repeat: int) -> dict[str, Any]:
@@ -367,6 +385,10 @@ def children_cpu_ms() -> float:
     return (usage.ru_utime + usage.ru_stime) * 1000
 
 
+def load_average() -> str:
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
 def cpu_model() -> str:
     for line in Path("/proc/cpuinfo").read_text().splitlines():
         if line.startswith("model name"):
@@ -375,6 +397,8 @@ def cpu_model() -> str:
 
 
 def measure(size: int, args: argparse.Namespace) -> dict[str, Any]:
+    from run_all import _die_with_parent
+
     print(f"== {size:,} variables", file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(prefix=f"forge-draft-bench-{size}-") as tmp:
         env = {name: value for name, value in os.environ.items() if name not in OVERRIDDEN_ENV}
@@ -393,7 +417,15 @@ def measure(size: int, args: argparse.Namespace) -> dict[str, Any]:
             str(args.repeat),
         ]
         wall, busy, own = time.monotonic(), machine_busy_ms(), children_cpu_ms()
-        done = subprocess.run(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True, timeout=CHILD_TIMEOUT_S)
+        done = subprocess.run(
+            command,
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+            timeout=CHILD_TIMEOUT_S,
+            preexec_fn=_die_with_parent,  # a runner that is stopped takes its child with it
+        )
         other = machine_busy_ms() - busy - (children_cpu_ms() - own)
         wall_ms = (time.monotonic() - wall) * 1000
     if done.returncode != 0:
@@ -559,13 +591,20 @@ def print_summary(results: list[dict[str, Any]], aim_ms: float) -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="5000,20000", help="variable counts, comma-separated (5000,20000)")
+    parser.add_argument(
+        "--sizes", default="5000,20000,50000", help="variable counts, comma-separated (5000,20000,50000)"
+    )
     parser.add_argument("--ops", type=int, default=1000, help="operations staged per run (1000)")
     parser.add_argument("--batch", default="1,10", help="operations per stage call, one run each (1,10)")
     parser.add_argument("--repeat", type=int, default=5, help="repeats of each materialization, part and read (5)")
     parser.add_argument("--mcp-calls", type=int, default=20, help="stage calls over MCP per size; 0 skips (20)")
     parser.add_argument("--aim-ms", type=float, default=100.0, help=argparse.SUPPRESS)
-    parser.add_argument("--json", type=Path, help="also write all figures to this JSON file")
+    parser.add_argument("--json", type=Path, help="also write all figures to this JSON file (after each size)")
+    parser.add_argument(
+        "--report",
+        type=lambda text: [Path(part) for part in text.split(",") if part],
+        help="print the tables from --json files of earlier runs, comma-separated, and measure nothing",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--size", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -583,34 +622,50 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def report(paths: list[Path], aim_ms: float) -> None:
+    """Print the tables again from ``--json`` files of earlier runs (sizes in the order given)."""
+    saved = [json.loads(path.read_text()) for path in paths]
+    for run in saved:
+        print(f"run of {run['date']} on {run['cpu']}: {run.get('options', '')}")
+    results = [figures for run in saved for figures in run["sizes"]]
+    for figures in results:
+        print_size(figures)
+    print_summary(results, aim_ms)
+
+
 def main() -> None:
     args = parse_args()
     if args.child:
         run_child_here(args)
         return
+    if args.report:
+        report(args.report, args.aim_ms)
+        return
     started = datetime.now().astimezone()
-    results = []
+    options = (
+        f"--ops {args.ops} --batch {','.join(map(str, args.batch))} --repeat {args.repeat} --mcp-calls {args.mcp_calls}"
+    )
+    print(f"Working draft benchmark, started {started:%Y-%m-%d %H:%M %Z}, load average {load_average()}")
+    print(
+        f"machine: {os.cpu_count()} cores ({cpu_model()}), Linux {platform.release()}, Python "
+        f"{platform.python_version()}; {options}",
+        flush=True,
+    )
+    results: list[dict[str, Any]] = []
     for size in args.sizes:
         figures = measure(size, args)
         if args.mcp_calls:
             print(f"== {size:,} variables over MCP", file=sys.stderr, flush=True)
             figures["mcp"] = asyncio.run(mcp_stage(size, args.mcp_calls))
         results.append(figures)
+        print_size(figures)  # each size as soon as it is measured: a long run that is cut short keeps them
+        sys.stdout.flush()
+        if args.json:
+            saved = {"date": started.isoformat(), "cpu": cpu_model(), "options": options, "sizes": results}
+            args.json.write_text(json.dumps(saved, indent=2))
     minutes = (datetime.now().astimezone() - started).total_seconds() / 60
-    print(
-        f"Working draft benchmark, {started:%Y-%m-%d %H:%M %Z} ({minutes:.1f} min, load average at end "
-        f"{' '.join(f'{v:.2f}' for v in os.getloadavg())})"
-    )
-    print(
-        f"machine: {os.cpu_count()} cores ({cpu_model()}), Linux {platform.release()}, Python "
-        f"{platform.python_version()}, SQLite {results[0]['sqlite']} (WAL); --ops {args.ops} --batch "
-        f"{','.join(map(str, args.batch))} --repeat {args.repeat} --mcp-calls {args.mcp_calls}"
-    )
-    for figures in results:
-        print_size(figures)
     print_summary(results, args.aim_ms)
-    if args.json:
-        args.json.write_text(json.dumps({"date": started.isoformat(), "cpu": cpu_model(), "sizes": results}, indent=2))
+    print(f"SQLite {results[0]['sqlite']} (WAL); {minutes:.1f} min in all, load average at the end {load_average()}")
 
 
 if __name__ == "__main__":
