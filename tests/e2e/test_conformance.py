@@ -15,12 +15,11 @@ import pytest
 
 from tests.live import ROOT, free_port, stop_process, wait_for_port
 
-TOOLS = ROOT.parent / "shared" / "tools"
+RUNNER = ROOT / "scripts" / "conformance.py"
 
 pytestmark = [
     pytest.mark.live,
     pytest.mark.conformance,
-    pytest.mark.skipif(not (TOOLS / "run_conformance.sh").exists(), reason=f"no conformance tools at {TOOLS}"),
     pytest.mark.skipif(shutil.which("npm") is None, reason="the conformance tools need Node.js and npm"),
     pytest.mark.skipif(
         os.environ.get("FORGE_TEST_CONFORMANCE", "1") == "0", reason="FORGE_TEST_CONFORMANCE=0 turns these off"
@@ -62,7 +61,7 @@ def _run(args: list[str], timeout: float) -> subprocess.CompletedProcess:
 
 
 def test_every_generic_conformance_scenario_passes(proxied):
-    done = _run(["bash", str(TOOLS / "run_conformance.sh"), "--generic", f"{proxied}/mcp"], timeout=900)
+    done = _run([sys.executable, str(RUNNER), "suite", "--generic", f"{proxied}/mcp"], timeout=900)
     assert done.returncode == 0, done.stdout
     assert "0 failed" in done.stdout.strip().splitlines()[-1]
 
@@ -70,8 +69,9 @@ def test_every_generic_conformance_scenario_passes(proxied):
 def test_inspector_lists_and_calls_tools_over_both_transports(proxied):
     done = _run(
         [
-            "bash",
-            str(TOOLS / "inspector_check.sh"),
+            sys.executable,
+            str(RUNNER),
+            "inspector",
             "--http",
             f"{proxied}/mcp",
             "--sse",
