@@ -9,7 +9,7 @@ from django.urls import path, reverse
 
 from audit.models import AuditCheckpoint, AuditEvent
 from audit.verify import verify_log
-from forge_site.console import ReadOnlyModelAdmin
+from forge_core.console import ReadOnlyModelAdmin
 
 
 @admin.register(AuditEvent)

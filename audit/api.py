@@ -29,8 +29,8 @@ from rest_framework.response import Response
 from audit import merkle
 from audit.models import AuditCheckpoint, AuditEvent, EventKind
 from audit.services import DatabaseNodeStore, checkpoint_public_key, event_line
-from forge_site.console import is_operator
-from forge_site.rest import BadParameter, next_page_url, query_parameters, refusal, whole_number
+from forge_core.console import is_operator
+from forge_core.rest import BadParameter, next_page_url, query_parameters, refusal, whole_number
 
 PAGE_SIZE = 50
 MAX_PAGE_SIZE = 200

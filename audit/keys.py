@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from django.conf import settings
 
-from forge_site.env import create_once, secret_file
+from forge_core.env import create_once, secret_file
 
 KEY_NAME = "forge-mcp-audit"
 

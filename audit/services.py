@@ -28,9 +28,10 @@ from django.db import DatabaseError, connection, models, transaction
 from django.utils import timezone
 
 from audit import keys, merkle
-from audit.checkpoint import Checkpoint, sign
+from audit.checkpoint import Checkpoint, sign, verifier_key_string
 from audit.mirror import Mirror, MirrorError
 from audit.models import AuditCheckpoint, AuditEvent, AuditTreeNode, EventKind
+from forge_core.errors import AuditUnavailable
 
 MAX_VALUE_CHARS = 1024
 MAX_KEY_CHARS = 100
@@ -43,10 +44,6 @@ GENESIS_MAC = "0" * 64
 EVENT_KINDS = frozenset(EventKind.values)
 CHAIN_LOCK_ID = 0x466F726765  # "Forge": the PostgreSQL advisory lock that serializes appends
 NODE_LEVEL_SHIFT = 48  # a tree node's key: level << 48 | index (2^48 events is far beyond any log)
-
-
-class AuditUnavailable(Exception):
-    """The audit row could not be written; the recorded action must not happen."""
 
 
 # --- what goes into a row --------------------------------------------------------------------------
@@ -295,8 +292,6 @@ def _store_checkpoint(size: int) -> AuditCheckpoint:
 
 
 def checkpoint_public_key() -> dict[str, str]:
-    from audit.checkpoint import verifier_key_string
-
     return {
         "key_name": keys.KEY_NAME,
         "origin": keys.origin(),

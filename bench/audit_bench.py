@@ -139,7 +139,7 @@ def run_writers(append: Callable[[int, int], None], writers: int, seconds: float
     """``writers`` threads appending until ``seconds`` have passed; their count, rate and latencies."""
     from django.db import connection
 
-    from audit.services import AuditUnavailable
+    from forge_core.errors import AuditUnavailable
 
     latencies: list[list[float]] = [[] for _ in range(writers)]
     errors: list[str] = []

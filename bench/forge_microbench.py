@@ -134,7 +134,7 @@ def run(n: int) -> None:
     from mcp_api import jsonrpc, services
     from mcp_api.models import McpSession, Transport
     from mcp_api.protocol import CallContext
-    from mcp_api.tools import REGISTRY
+    from mcp_api.registry import REGISTRY
 
     call = prepare_tools_call()
     raw, token, session, body, exchange = call.raw, call.token, call.session, call.body, call.exchange

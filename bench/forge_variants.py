@@ -141,6 +141,7 @@ def install_fast_audit() -> None:
 
     from audit import services as audit_services
     from audit.models import AuditEvent
+    from forge_core.errors import AuditUnavailable
     from mcp_api import protocol
 
     fields = [f for f in AuditEvent._meta.concrete_fields if not f.primary_key]
@@ -164,7 +165,7 @@ def install_fast_audit() -> None:
             with connection.cursor() as cursor:
                 cursor.execute(sql, params)
         except DatabaseError as exc:
-            raise audit_services.AuditUnavailable(str(exc)) from exc
+            raise AuditUnavailable(str(exc)) from exc
 
     protocol.record = record
 

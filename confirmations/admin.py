@@ -22,7 +22,6 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
-from audit.services import AuditUnavailable
 from confirmations import executor, sealing
 from confirmations.console import (
     conclusion_choices,
@@ -49,7 +48,8 @@ from confirmations.services import (
     reconciliation_evidence,
     tampered_refusal,
 )
-from forge_site.console import ReadOnlyModelAdmin
+from forge_core.console import ReadOnlyModelAdmin
+from forge_core.errors import AuditUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ serializes; a refusal of those functions is a `{"code", "detail"}` body with its
 403 without the permission (the attempt is audited), 409 already decided, expired, in the wrong state
 or (FORGE_ERR_TARGET_DRIFT) a target that changed since, 400 a typed memorable ID that does not match.
 
-Who may call is the operator API's rule (`forge_site.rest.OperatorsOnly`: a console login, with CSRF
+Who may call is the operator API's rule (`forge_core.rest.OperatorsOnly`: a console login, with CSRF
 on unsafe methods, or an operator token; a client token is refused); the authentication classes come
 from settings, so this app never imports mcp_api. Reading a confirmation expires what is due first.
 """
@@ -31,7 +31,6 @@ from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from audit.services import AuditUnavailable
 from confirmations import executor, sealing
 from confirmations.models import (
     ConfirmationState,
@@ -50,7 +49,8 @@ from confirmations.services import (
     reconciliation_evidence,
     tampered_refusal,
 )
-from forge_site.rest import (
+from forge_core.errors import AuditUnavailable
+from forge_core.rest import (
     BAD_QUERY,
     OPERATOR_REFUSED,
     PAGE_QUERY,

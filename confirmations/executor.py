@@ -53,7 +53,7 @@ from confirmations.models import (
     PendingConfirmation,
     TargetReservation,
 )
-from forge_site.capabilities import (
+from forge_core.capabilities import (
     Capability,
     ExecutionRefused,
     Step,

@@ -17,6 +17,7 @@ from django.conf import settings
 from django.db import models
 
 from caretaker.fingerprint import memorable_id
+from confirmations.sealing import digest
 
 
 class TransitionRefused(Exception):
@@ -177,8 +178,6 @@ class Contract(models.Model):
 
     def mac_parts(self) -> dict[str, Any]:
         """Everything the record's MAC covers: every field but the MAC, artifacts by digest."""
-        from confirmations.sealing import digest
-
         return {
             "id": str(self.id),
             "operation_id": str(self.operation_id),

@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from forge_site.env import create_once, secret_file
+from forge_core.env import create_once, secret_file
 
 NONCE_BYTES = 12
 

@@ -37,7 +37,7 @@ from confirmations.models import (
     ContractState,
     PendingConfirmation,
 )
-from forge_site.live import notify_console, notify_streams
+from forge_core.live import notify_console, notify_streams
 
 C = ConfirmationState
 DECIDE_PERMISSION = "confirmations.decide_confirmation"

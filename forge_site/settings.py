@@ -12,7 +12,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from forge_site.env import envbool, envcadence, envfloat, envint, envlist, envseconds, envstr, secret_file
+from forge_core.env import envbool, envcadence, envfloat, envint, envlist, envseconds, envstr, secret_file
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -148,7 +148,7 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "EXCEPTION_HANDLER": "forge_site.rest.exception_handler",
+    "EXCEPTION_HANDLER": "forge_core.rest.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
 

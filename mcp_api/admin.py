@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 
-from forge_site.console import ReadOnlyModelAdmin
+from forge_core.console import ReadOnlyModelAdmin
 from mcp_api.consent import AccessDecisionRefused, do_decide_access, do_revoke_access
 from mcp_api.models import AccessRequest, ClientToken, McpSession, ServerState
 from mcp_api.services import do_revoke_token, do_switch_mcp

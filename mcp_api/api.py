@@ -27,7 +27,7 @@ from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from forge_site.rest import (
+from forge_core.rest import (
     BAD_QUERY,
     OPERATOR_REFUSED,
     PAGE_QUERY,

@@ -18,8 +18,10 @@ from django.utils import timezone
 
 from audit.models import EventKind
 from audit.services import record
-from forge_site.live import notify_console
-from mcp_api.models import AccessRequest, AccessState, ClientToken, McpSession, Transport
+from forge_core.live import notify_console
+from mcp_api.hotpath import mcp_enabled
+from mcp_api.models import AccessRequest, AccessState, ClientToken, McpSession
+from mcp_api.registry import ToolError
 from projects.models import Project
 
 OPEN_STATES = (AccessState.PENDING, AccessState.ALLOWED)
@@ -174,9 +176,6 @@ def end_grants(*, reason: str, session: McpSession | None = None, token: ClientT
 
 def require_grant(token: ClientToken, session: McpSession | None, project: Project) -> None:
     """Let a project call through only on an allowed grant; otherwise raise the refusal that says why."""
-    from mcp_api.hotpath import mcp_enabled
-    from mcp_api.tools import ToolError
-
     if not mcp_enabled():
         raise ToolError(
             "FORGE_ERR_MCP_DISABLED",
@@ -204,13 +203,6 @@ def require_grant(token: ClientToken, session: McpSession | None, project: Proje
             "server if you need it.",
             project=project.slug,
         )
-
-
-def mint_handle(token: ClientToken, revision: str, client_info: dict) -> McpSession:
-    """A session handle for a stateless client: an id bound to its principal, passed back as an argument."""
-    from mcp_api.services import do_open_session
-
-    return do_open_session(token, transport=Transport.HANDLE, protocol_version=revision, client_info=client_info)
 
 
 def grants_of(session: McpSession) -> list[dict[str, str]]:

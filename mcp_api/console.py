@@ -24,10 +24,10 @@ from django.urls import URLPattern, URLResolver, path, reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from audit.services import AuditUnavailable
 from confirmations.console import confirmation_link
 from confirmations.models import ConfirmationState, Contract, ContractState, PendingConfirmation
-from forge_site.console import is_operator
+from forge_core.console import is_operator
+from forge_core.errors import AuditUnavailable
 from mcp_api.acceptance import waiting
 from mcp_api.draft_console import DraftScreens
 from mcp_api.hotpath import mcp_enabled

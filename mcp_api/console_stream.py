@@ -21,7 +21,7 @@ from channels.layers import get_channel_layer
 from channels.utils import await_many_dispatch
 from django.conf import settings
 
-from forge_site.console import is_operator
+from forge_core.console import is_operator
 from mcp_api.consumers import SSE_HEADERS
 from mcp_api.origin import refusal_reason
 

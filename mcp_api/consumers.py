@@ -27,8 +27,9 @@ from django.conf import settings
 from django.utils import timezone
 
 from audit.models import EventKind
-from audit.services import AuditUnavailable, record
+from audit.services import record
 from confirmations.services import confirmation_group
+from forge_core.errors import AuditUnavailable
 from mcp_api import exchange as ex
 from mcp_api.jsonrpc import INVALID_REQUEST, RpcError, encode
 from mcp_api.origin import refusal_reason

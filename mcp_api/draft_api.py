@@ -11,7 +11,7 @@ approve_change on the project (audited), 409 when the draft moved since the revi
 holds the file (FORGE_ERR_TARGET_BUSY), the draft changes nothing (FORGE_ERR_NOTHING_TO_ACCEPT), or the
 write's outcome awaits reconciliation (FORGE_ERR_RECONCILIATION). Nothing is written on any refusal.
 
-Who may call is the operator API's rule (`forge_site.rest.OperatorsOnly`): a console login with CSRF, or
+Who may call is the operator API's rule (`forge_core.rest.OperatorsOnly`): a console login with CSRF, or
 an operator token; a client token is refused.
 """
 
@@ -29,7 +29,7 @@ from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from forge_site.rest import (
+from forge_core.rest import (
     BAD_QUERY,
     OPERATOR_REFUSED,
     PAGE_QUERY,

@@ -25,8 +25,8 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
-from audit.services import AuditUnavailable
 from confirmations.console import contract_link, preview_sections
+from forge_core.errors import AuditUnavailable
 from mcp_api.acceptance import (
     Accepted,
     DraftDecisionRefused,

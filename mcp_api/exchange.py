@@ -20,9 +20,9 @@ from urllib.parse import parse_qs
 
 from django.conf import settings
 
-from audit.services import AuditUnavailable
 from confirmations.models import ConfirmationState, PendingConfirmation
 from confirmations.services import expire_due, outcome_of
+from forge_core.errors import AuditUnavailable
 from mcp_api import jsonrpc, services
 from mcp_api.jsonrpc import (
     HEADER_MISMATCH,
@@ -46,6 +46,7 @@ from mcp_api.revisions import (
     STATELESS_REVISIONS,
     negotiate,
 )
+from mcp_api.tools.editor import outcome_result
 
 JSON = "application/json"
 EVENT_STREAM = "text/event-stream"
@@ -388,8 +389,6 @@ def handle_decided(wait: WaitPlan) -> dict[str, Any] | None:
 def decided_answer(wait: WaitPlan, outcome: dict[str, Any]) -> dict[str, Any]:
     """The final answer of a waiting write call from its confirmation's outcome (no database needed: the
     decision's announcement carries the outcome)."""
-    from mcp_api.tools.editor import outcome_result
-
     structured, is_error = outcome_result(outcome)
     return jsonrpc.result(wait.request_id, shape_result(wait.revision, tool_result(structured, is_error=is_error)))
 

@@ -2,7 +2,7 @@
 
 An operator token stands for its operator: the API sees the operator as the request's user, so every
 decision made with it is audited under the operator's name, as one made in the console is. Only
-operators (`forge_site.console.is_operator`) get one, and a token whose user is no longer an operator
+operators (`forge_core.console.is_operator`) get one, and a token whose user is no longer an operator
 authorizes nothing. The raw value starts with `fop_`, so it cannot be mistaken for a client token
 (`fmcp_`), which never authorizes the operator API; it is shown once and only its digest is kept.
 """
@@ -18,8 +18,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit.models import EventKind
-from audit.services import AuditUnavailable, record
-from forge_site.console import is_operator
+from audit.services import record
+from forge_core.console import is_operator
+from forge_core.errors import AuditUnavailable
 from mcp_api.models import OperatorToken
 from mcp_api.services import token_digest
 

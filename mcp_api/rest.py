@@ -21,7 +21,7 @@ from rest_framework.authentication import BaseAuthentication, get_authorization_
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.request import Request
 
-from forge_site.console import OperatorAuthentication
+from forge_core.console import OperatorAuthentication
 from mcp_api.models import ClientToken, OperatorToken
 from mcp_api.operator_tokens import OPERATOR_TOKEN_PREFIX, authenticate_operator_token
 from mcp_api.services import TOKEN_PREFIX, authenticate_bearer

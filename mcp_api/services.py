@@ -17,10 +17,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit.models import EventKind
-from audit.services import AuditUnavailable, record
+from audit.services import record
 from confirmations.services import do_cancel_confirmations
-from forge_site.console import OPERATORS_GROUP
-from forge_site.live import notify_console, notify_streams
+from forge_core.console import OPERATORS_GROUP
+from forge_core.errors import AuditUnavailable
+from forge_core.live import notify_console, notify_streams
 from mcp_api import hotpath
 from mcp_api.consent import end_grants
 from mcp_api.models import (
@@ -142,6 +143,11 @@ def do_open_session(
             client_label=token.label,
         )
     return session
+
+
+def mint_handle(token: ClientToken, revision: str, client_info: dict) -> McpSession:
+    """A session handle for a stateless client: an id bound to its principal, passed back as an argument."""
+    return do_open_session(token, transport=Transport.HANDLE, protocol_version=revision, client_info=client_info)
 
 
 def find_session(token: ClientToken, session_id: str | None) -> McpSession | None:

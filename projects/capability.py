@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from audit.models import EventKind
 from audit.services import record
-from forge_site.capabilities import IntentRefused, Observation, Step, TargetMissing
+from forge_core.capabilities import IntentRefused, Observation, Step, TargetMissing
 from projects import drafts, operations, plcopen
 from projects.files import PathOutsideRoot, inside_root, write_atomically
 from projects.models import Project

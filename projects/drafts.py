@@ -29,7 +29,7 @@ from lxml import etree
 
 from audit.models import EventKind
 from audit.services import record
-from forge_site.live import notify_console
+from forge_core.live import notify_console
 from projects import findings, operations, plcopen
 from projects.models import (
     LIVE_GROUP_STATES,

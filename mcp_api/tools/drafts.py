@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import Field
 
 from mcp_api.protocol import CallContext
-from mcp_api.tools import ToolError, tool
+from mcp_api.registry import ToolError, tool
 from mcp_api.tools.projects import ProjectArguments, _read, granted_project, session_for
 from projects import drafts, operations
 from projects.models import Project

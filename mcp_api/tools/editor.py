@@ -16,7 +16,7 @@ from pydantic import Field
 from confirmations.models import ConfirmationState, PendingConfirmation
 from confirmations.services import expire_due, outcome_of
 from mcp_api.protocol import CallContext
-from mcp_api.tools import Arguments, ToolError, tool
+from mcp_api.registry import Arguments, ToolError, tool
 from mcp_api.tools.projects import session_for
 
 LIST_LIMIT = 50

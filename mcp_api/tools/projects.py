@@ -15,8 +15,8 @@ from mcp_api import consent
 from mcp_api.jsonrpc import INVALID_PARAMS, RpcError
 from mcp_api.models import McpSession, Transport
 from mcp_api.protocol import CallContext
-from mcp_api.services import find_session
-from mcp_api.tools import Arguments, NoArguments, ToolError, tool
+from mcp_api.registry import Arguments, NoArguments, ToolError, tool
+from mcp_api.services import find_session, mint_handle
 from projects import plcopen, reads
 from projects.models import Project
 from projects.services import ProjectUnavailable
@@ -222,7 +222,7 @@ def session_request_access(ctx: CallContext, args: AccessArguments) -> dict[str,
     project = visible_project(ctx, args.project)
     session = session_for(ctx, args.session_handle)
     if session is None:
-        session = consent.mint_handle(ctx.token, ctx.revision, ctx.client_info)
+        session = mint_handle(ctx.token, ctx.revision, ctx.client_info)
     request = consent.raise_request(ctx.token, session, project)
     answer: dict[str, Any] = {"project": project.slug, "state": request.state}
     if session.transport == Transport.HANDLE:

@@ -10,9 +10,9 @@ from pydantic import Field
 from mcp_api import consent, hotpath
 from mcp_api.models import Transport
 from mcp_api.protocol import SERVER_NAME, SERVER_VERSION, CallContext
+from mcp_api.registry import Arguments, NoArguments, ToolError, tool
 from mcp_api.revisions import ALL_REVISIONS
 from mcp_api.services import find_session
-from mcp_api.tools import Arguments, NoArguments, ToolError, tool
 
 
 @tool("server_info", title="Server information", when_off=True)

@@ -20,7 +20,7 @@ from pydantic import create_model
 from confirmations.sealing import canonical_json
 from confirmations.services import do_create_confirmation
 from mcp_api.protocol import CallContext
-from mcp_api.tools import REGISTRY, Need, Tool, ToolError, register
+from mcp_api.registry import REGISTRY, Need, Tool, ToolError, register
 from mcp_api.tools.projects import ProjectArguments, granted_project, session_for
 from projects import operations, plcopen
 from projects.capability import APPLY_OPERATIONS, intent_for

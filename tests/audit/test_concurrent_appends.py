@@ -31,7 +31,8 @@ APPEND = """
 import sys, threading
 from django.db import connection
 from audit.models import EventKind
-from audit.services import AuditUnavailable, record
+from audit.services import record
+from forge_core.errors import AuditUnavailable
 
 failures = []
 

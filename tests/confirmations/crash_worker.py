@@ -119,7 +119,7 @@ def executing_events(contract_id: str) -> int:
 def inspect(command: dict[str, Any]) -> None:
     from confirmations import executor, services
     from confirmations.models import ContractEvent
-    from forge_site.capabilities import ExecutionRefused
+    from forge_core.capabilities import ExecutionRefused
     from projects import plcopen
 
     moved = [str(contract.id) for contract in services.recover(actor="restart")]

@@ -13,7 +13,7 @@ from django.utils import timezone
 from confirmations import executor
 from confirmations.models import Contract, ContractState, PendingConfirmation
 from confirmations.services import do_approve_confirmation, do_create_confirmation
-from forge_site.console import OPERATORS_GROUP
+from forge_core.console import OPERATORS_GROUP
 from projects.capability import intent_for
 from projects.files import inside_root
 from projects.models import Project

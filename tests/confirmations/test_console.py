@@ -17,7 +17,7 @@ from django.urls import reverse
 from audit.models import AuditEvent, EventKind
 from confirmations.models import ConfirmationState, Contract, ContractState, PendingConfirmation
 from confirmations.services import do_deny_confirmation
-from forge_site.live import CONSOLE_GROUP
+from forge_core.live import CONSOLE_GROUP
 from projects import plcopen
 from tests.confirmations.operator_helpers import (
     ask,

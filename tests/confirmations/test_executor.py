@@ -23,7 +23,7 @@ import pytest
 from audit.models import AuditEvent
 from confirmations import executor, sealing
 from confirmations.models import Contract, ContractEvent, ContractState, TargetReservation
-from forge_site.capabilities import ExecutionRefused
+from forge_core.capabilities import ExecutionRefused
 from projects import plcopen
 from projects.capability import ProjectFileCapability, apply_intent, intent_for
 from projects.models import Project

@@ -23,7 +23,7 @@ from confirmations.models import (
     TargetReservation,
     TransitionRefused,
 )
-from forge_site.capabilities import ExecutionRefused
+from forge_core.capabilities import ExecutionRefused
 from tests.confirmations.helpers import ACTOR, event_states, left_in_flight_by, prepare, project_file, stored
 
 S = ContractState

@@ -102,7 +102,7 @@ def withdraw_approve_change() -> None:
     """Nobody in the operators group holds approve_change on projects any more (model permission)."""
     from django.contrib.auth.models import Group
 
-    from forge_site.console import OPERATORS_GROUP
+    from forge_core.console import OPERATORS_GROUP
 
     Group.objects.get(name=OPERATORS_GROUP).permissions.remove(Permission.objects.get(codename="approve_change"))
 

@@ -21,7 +21,7 @@ from guardian.shortcuts import assign_perm
 
 from audit.models import EventKind
 from confirmations.models import Contract, ContractState
-from forge_site.live import CONSOLE_GROUP
+from forge_core.live import CONSOLE_GROUP
 from projects import drafts
 from projects.models import GroupState, Project
 from tests.mcp_api.draft_helpers import (

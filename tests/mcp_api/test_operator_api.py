@@ -20,7 +20,7 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from audit.models import AuditEvent, EventKind
-from forge_site.console import OPERATORS_GROUP
+from forge_core.console import OPERATORS_GROUP
 from mcp_api.consent import do_decide_access, raise_request
 from mcp_api.hotpath import mcp_enabled
 from mcp_api.models import AccessRequest, AccessState, McpSession, ServerState, Transport

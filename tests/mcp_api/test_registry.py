@@ -8,7 +8,7 @@ import pytest
 
 from audit.services import MAX_VALUE_CHARS, REDACTED, sanitize
 from mcp_api.jsonrpc import INVALID_PARAMS, RpcError
-from mcp_api.tools import REGISTRY, Arguments, Need, Tool, decode_cursor, encode_cursor, find_tool, visible_tools
+from mcp_api.registry import REGISTRY, Arguments, Need, Tool, decode_cursor, encode_cursor, find_tool, visible_tools
 from tests.mcp_api.helpers import registered
 
 

@@ -19,9 +19,9 @@ from mcp_api.jsonrpc import (
     UNSUPPORTED_PROTOCOL_VERSION,
 )
 from mcp_api.models import BROADCAST_GROUP, Transport
+from mcp_api.registry import Arguments, Tool, visible_tools
 from mcp_api.revisions import LATEST_HANDSHAKE
 from mcp_api.services import do_create_token, do_revoke_token, notify_streams
-from mcp_api.tools import Arguments, Tool, visible_tools
 from tests.mcp_api.helpers import (
     audit_events,
     initialize_message,

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from mcp_api.tools import REGISTRY
+from mcp_api.registry import REGISTRY
 from mcp_api.tools.writes import register_write_tools, unregister_write_tools
 
 OFFERS = re.compile(r"\b(accept|apply|promote|commit)\b", re.IGNORECASE)

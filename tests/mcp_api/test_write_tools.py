@@ -18,7 +18,7 @@ from confirmations.models import ConfirmationState, PendingConfirmation
 from confirmations.services import do_approve_confirmation, do_deny_confirmation
 from mcp_api import protocol
 from mcp_api.jsonrpc import INVALID_PARAMS
-from mcp_api.tools import REGISTRY, visible_tools
+from mcp_api.registry import REGISTRY, visible_tools
 from mcp_api.tools.writes import WRITE_OPERATIONS, register_write_tools, unregister_write_tools
 from projects import plcopen
 from projects.models import Project

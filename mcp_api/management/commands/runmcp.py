@@ -7,10 +7,15 @@ import logging
 import resource
 import threading
 
+from channels.routing import get_default_application
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError, close_old_connections
 
-from forge_site.env import envint, envstr
+from audit.services import checkpoint_if_due
+from confirmations.services import expire_due, recover
+from forge_core.env import envint, envstr
+from forge_core.errors import AuditUnavailable
 
 logger = logging.getLogger("forge.server")
 EXPIRY_SWEEP_SECONDS = 2.0
@@ -34,10 +39,6 @@ def raise_open_files_limit() -> int:
 
 def checkpoint_loop(stop: threading.Event) -> None:
     """Sign audit checkpoints on FORGE_AUDIT_CHECKPOINT_EVERY's seconds cadence until the server stops."""
-    from django.db import close_old_connections
-
-    from audit.services import AuditUnavailable, checkpoint_if_due
-
     interval = max(1.0, min(60.0, settings.FORGE_AUDIT_CHECKPOINT_SECONDS / 4))
     while not stop.wait(interval):
         close_old_connections()
@@ -49,11 +50,6 @@ def checkpoint_loop(stop: threading.Event) -> None:
 
 def expiry_loop(stop: threading.Event) -> None:
     """Expire pending confirmations as their time passes, so a waiting client hears of it at once."""
-    from django.db import DatabaseError, close_old_connections
-
-    from audit.services import AuditUnavailable
-    from confirmations.services import expire_due
-
     while not stop.wait(EXPIRY_SWEEP_SECONDS):
         close_old_connections()
         try:
@@ -64,8 +60,6 @@ def expiry_loop(stop: threading.Event) -> None:
 
 def recover_contracts(stdout) -> None:
     """Before serving: contracts an ended process left in flight go to reconciliation, never re-sent."""
-    from confirmations.services import recover
-
     for contract in recover(actor="startup"):
         stdout.write(f"Recovery: contract {contract.memorable_id} ({contract.label}) is now {contract.state}.")
 
@@ -82,7 +76,9 @@ class Command(BaseCommand):
             raise CommandError(f"--port {port} is not a TCP port; use 1-65535.")
         from daphne.server import Server  # installs the asyncio reactor; import before anything else does
 
-        from forge_site.asgi import application
+        # The application that settings name (ASGI_APPLICATION), found as Channels' own runserver finds it:
+        # the composition root is reached by that name, never imported by an app.
+        application = get_default_application()
 
         raise_open_files_limit()
         recover_contracts(self.stdout)

@@ -15,7 +15,7 @@ into a strict argument model (unknown fields refused) and a bad one is a 400 tha
 Operators: the operator APIs (mcp_api's, confirmations') let in a console login or an operator token and
 refuse every other credential, above all a client token, which stands for an MCP client that must never
 decide for itself. The token classes live in mcp_api and are named in settings; an operator token's class
-derives from `forge_site.console.OperatorAuthentication`, so apps that must not import mcp_api can still tell the two apart.
+derives from `forge_core.console.OperatorAuthentication`, so apps that must not import mcp_api can still tell the two apart.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as rest_framework_exception_handler
 
-from audit.services import AuditUnavailable
-from forge_site.console import OperatorAuthentication, is_operator
+from forge_core.console import OperatorAuthentication, is_operator
+from forge_core.errors import AuditUnavailable
 
 log = logging.getLogger("forge.api")
 

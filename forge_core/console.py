@@ -1,4 +1,5 @@
-"""Shared pieces of the console (the extended Django admin)."""
+"""Shared pieces of the console (the extended Django admin) that every app's screens and APIs use: who is
+an operator, the base of an operator credential, and the read-only list."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ def is_operator(user: AbstractUser | AnonymousUser) -> bool:
 class OperatorAuthentication(BaseAuthentication):
     """The base of a REST authentication whose credential stands for a console operator (an operator token):
     the operator APIs accept it beside a console login and refuse every other token. It lives here rather
-    than in forge_site.rest because settings load authentication classes while REST framework is still
-    importing its views, which forge_site.rest needs."""
+    than in forge_core.rest because settings load authentication classes while REST framework is still
+    importing its views, which forge_core.rest needs."""
 
 
 class ReadOnlyModelAdmin(admin.ModelAdmin):

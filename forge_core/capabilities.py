@@ -3,7 +3,7 @@
 `confirmations` carries out mutations but holds no project or roster logic; `projects` and `caretaker`
 provide capability adapters, named by dotted path in `FORGE_CAPABILITIES`. Neither side may import the
 other, so the few types they share (what a read returns, the adapter's refusals, the adapter's shape)
-live here, in the wiring.
+live here, in the ground package both stand on.
 """
 
 from __future__ import annotations

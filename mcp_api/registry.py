@@ -1,0 +1,226 @@
+"""The tool registry: every MCP tool is one declaration in one table.
+
+A tool declares its name, description, a strict pydantic argument model (from which the published
+`inputSchema` is generated, so schema and validation cannot drift), annotations, what it needs
+(`token`, `grant`, `override`, `caretaker`) and its handler. `tools/list` shows the tools the principal
+is authorized for under the deployment's flags, in registration order; `tools/call` validates the
+arguments and runs the handler. Tool failures are results with `isError: true` and a `FORGE_ERR_*`
+code, never JSON-RPC errors. The tools themselves are declared in `mcp_api.tools`, whose package
+imports every module of them in the order `tools/list` shows them.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from mcp_api.jsonrpc import INVALID_PARAMS, RpcError
+
+if TYPE_CHECKING:
+    from mcp_api.protocol import CallContext
+
+
+AUTHORING_GUIDANCE = (
+    "How to change a project: read it first (project.overview, project.find, project.get_element); "
+    "change_group.begin with a title and rationale; change_group.check your operations; change_group.stage "
+    "them in small batches; fix the findings each answer reports; then change_group.submit. A person reviews "
+    "the working draft and decides in the Forge console: never tell the user a change is in the project "
+    "before that."
+)
+
+
+class Need(StrEnum):
+    TOKEN = "token"
+    GRANT = "grant"
+    OVERRIDE = "override"
+    CARETAKER = "caretaker"
+
+
+class Arguments(BaseModel):
+    """Base of every tool's argument model: unknown arguments are refused, not ignored."""
+
+    model_config = ConfigDict(extra="forbid", str_max_length=100_000)
+
+
+class NoArguments(Arguments):
+    """A tool that takes no arguments (any given is refused)."""
+
+
+class ToolError(Exception):
+    """A tool's own refusal: becomes an `isError` result with a `FORGE_ERR_*` code and what to do next."""
+
+    def __init__(self, code: str, message: str, **data: Any) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+    def to_structured(self) -> dict[str, Any]:
+        return {"error": self.code, "message": self.message, **self.data}
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    title: str
+    description: str
+    arguments: type[Arguments]
+    handler: Callable[[CallContext, Any], dict[str, Any]]
+    needs: frozenset[Need] = frozenset({Need.TOKEN})
+    read_only: bool = True
+    destructive: bool = False
+    idempotent: bool = True
+    secret_arguments: frozenset[str] = field(default_factory=frozenset)
+    when_off: bool = False  # answers while MCP is switched off (never returns project content)
+
+    def input_schema(self) -> dict[str, Any]:
+        return _clean_schema(self.arguments.model_json_schema())
+
+    def descriptor(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "title": self.title,
+            "description": self.description,
+            "inputSchema": self.input_schema(),
+            "annotations": {
+                "title": self.title,
+                "readOnlyHint": self.read_only,
+                "destructiveHint": self.destructive,
+                "idempotentHint": self.idempotent,
+                "openWorldHint": False,
+            },
+        }
+
+    def parse(self, raw: Any) -> Arguments:
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, dict):
+            raise RpcError(INVALID_PARAMS, f"Invalid params: 'arguments' of {self.name} must be an object.")
+        try:
+            return self.arguments.model_validate(raw)
+        except ValidationError as exc:
+            problems = [
+                {"path": ".".join(str(part) for part in err["loc"]) or "(arguments)", "message": err["msg"]}
+                for err in exc.errors(include_url=False, include_input=False)
+            ]
+            first = problems[0]
+            raise RpcError(
+                INVALID_PARAMS,
+                f"Invalid params for {self.name}: {first['path']}: {first['message']}. "
+                "See the tool's inputSchema in tools/list.",
+                {"tool": self.name, "errors": problems},
+            ) from None
+
+
+def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """Drop pydantic's generated titles: the descriptions say what each argument is."""
+    schema = {key: value for key, value in schema.items() if key != "title"}
+    properties = schema.get("properties")
+    if isinstance(properties, dict):
+        schema["properties"] = {
+            name: {key: value for key, value in prop.items() if key != "title"} for name, prop in properties.items()
+        }
+    schema.setdefault("properties", {})
+    schema["type"] = "object"
+    return schema
+
+
+REGISTRY: dict[str, Tool] = {}
+
+
+def register(tool: Tool) -> Tool:
+    if tool.name in REGISTRY:
+        raise ValueError(f"tool {tool.name} is registered twice")
+    REGISTRY[tool.name] = tool
+    return tool
+
+
+def tool(
+    name: str,
+    *,
+    title: str,
+    arguments: type[Arguments] = NoArguments,
+    needs: frozenset[Need] = frozenset({Need.TOKEN}),
+    read_only: bool = True,
+    destructive: bool = False,
+    idempotent: bool = True,
+    secret_arguments: frozenset[str] = frozenset(),
+    when_off: bool = False,
+    guidance: bool = False,
+) -> Callable[[Callable[[CallContext, Any], dict[str, Any]]], Callable[[CallContext, Any], dict[str, Any]]]:
+    """Declare a tool; the handler's docstring is its description (with the authoring guidance after it
+    for the reads an agent makes before it writes)."""
+
+    def decorate(
+        handler: Callable[[CallContext, Any], dict[str, Any]],
+    ) -> Callable[[CallContext, Any], dict[str, Any]]:
+        description = " ".join((handler.__doc__ or "").split())
+        register(
+            Tool(
+                name=name,
+                title=title,
+                description=f"{description} {AUTHORING_GUIDANCE}" if guidance else description,
+                arguments=arguments,
+                handler=handler,
+                needs=needs,
+                read_only=read_only,
+                destructive=destructive,
+                idempotent=idempotent,
+                secret_arguments=secret_arguments,
+                when_off=when_off,
+            )
+        )
+        return handler
+
+    return decorate
+
+
+def visible_tools(mcp_on: bool = True) -> list[Tool]:
+    """The tools a principal sees: the same list for every connection, filtered by the deployment's flags
+    and the master switch (while MCP is off, only the tools that say so)."""
+    override = settings.FORGE_OVERRIDE_SECURITIES
+    return [t for t in REGISTRY.values() if (override or Need.OVERRIDE not in t.needs) and (mcp_on or t.when_off)]
+
+
+def find_tool(name: Any) -> Tool | None:
+    """A registered tool of this deployment, whether or not the switch lets it answer now."""
+    if not isinstance(name, str):
+        return None
+    found = REGISTRY.get(name)
+    if found is None or (Need.OVERRIDE in found.needs and not settings.FORGE_OVERRIDE_SECURITIES):
+        return None
+    return found
+
+
+def encode_cursor(offset: int) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"offset": offset}).encode()).decode()
+
+
+def decode_cursor(cursor: Any) -> int:
+    if cursor is None:
+        return 0
+    try:
+        offset = json.loads(base64.urlsafe_b64decode(str(cursor).encode()))["offset"]
+    except (binascii.Error, ValueError, KeyError, TypeError):
+        offset = None
+    if not isinstance(offset, int) or offset < 0:
+        raise RpcError(INVALID_PARAMS, "Invalid params: unknown cursor. Pass back a nextCursor from tools/list.")
+    return offset
+
+
+def list_page(cursor: Any, *, mcp_on: bool) -> dict[str, Any]:
+    tools = visible_tools(mcp_on)
+    offset = decode_cursor(cursor)
+    size = settings.FORGE_TOOLS_PAGE_SIZE
+    page = {"tools": [t.descriptor() for t in tools[offset : offset + size]]}
+    if offset + size < len(tools):
+        page["nextCursor"] = encode_cursor(offset + size)
+    return page
