@@ -27,12 +27,16 @@ DEBUG = envbool("FORGE_DEBUG", False)
 
 # Loopback only unless the operator says otherwise; the MCP transports check Host and Origin
 # themselves against the same lists (DNS rebinding).
-ALLOWED_HOSTS = ["127.0.0.1", "localhost", "[::1]", "::1", *envlist("FORGE_ALLOWED_HOSTS")]
+FORGE_EXTRA_ALLOWED_HOSTS = envlist("FORGE_ALLOWED_HOSTS")
+ALLOWED_HOSTS = ["127.0.0.1", "localhost", "[::1]", "::1", *FORGE_EXTRA_ALLOWED_HOSTS]
+# Where `runmcp` binds by default (its --host overrides it); the system checks judge FORGE_DEBUG against it.
+FORGE_HOST = envstr("FORGE_HOST", "127.0.0.1")
 FORGE_ALLOWED_ORIGINS = envlist("FORGE_ALLOWED_ORIGINS")
 CSRF_TRUSTED_ORIGINS = FORGE_ALLOWED_ORIGINS
 
 INSTALLED_APPS = [
     "daphne",
+    "forge_site.apps.ForgeSiteConfig",  # the deployment's system checks
     "forge_site.apps.ConsoleAdminConfig",  # django.contrib.admin, with the console's site
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -48,6 +52,7 @@ INSTALLED_APPS = [
     "projects",
     "caretaker",
     "confirmations",
+    "access",
     "mcp_api",
 ]
 
@@ -67,7 +72,9 @@ ASGI_APPLICATION = "forge_site.asgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        # The checkout's templates/ folder; the wheel carries the same files as forge_site/templates/
+        # (pyproject.toml), since an installed package has no checkout around it. A missing folder is skipped.
+        "DIRS": [BASE_DIR / "templates", Path(__file__).resolve().parent / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -165,7 +172,7 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     # Three models have a field named state, each with its own choices: each set gets its own name.
     "ENUM_NAME_OVERRIDES": {
-        "AccessStateEnum": "mcp_api.models.AccessState",
+        "AccessStateEnum": "access.models.AccessState",
         "ConfirmationStateEnum": "confirmations.models.ConfirmationState",
         "ContractStateEnum": "confirmations.models.ContractState",
     },
