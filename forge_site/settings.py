@@ -52,7 +52,6 @@ INSTALLED_APPS = [
     "projects",
     "caretaker",
     "confirmations",
-    "access",
     "mcp_api",
 ]
 
@@ -72,9 +71,7 @@ ASGI_APPLICATION = "forge_site.asgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        # The checkout's templates/ folder; the wheel carries the same files as forge_site/templates/
-        # (pyproject.toml), since an installed package has no checkout around it. A missing folder is skipped.
-        "DIRS": [BASE_DIR / "templates", Path(__file__).resolve().parent / "templates"],
+        "DIRS": [BASE_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -172,7 +169,7 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     # Three models have a field named state, each with its own choices: each set gets its own name.
     "ENUM_NAME_OVERRIDES": {
-        "AccessStateEnum": "access.models.AccessState",
+        "AccessStateEnum": "mcp_api.models.AccessState",
         "ConfirmationStateEnum": "confirmations.models.ConfirmationState",
         "ContractStateEnum": "confirmations.models.ContractState",
     },
