@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Forge MCP quickstart: `python3 forge.py up` runs the service, `python3 forge.py test` the test suite.
 
-Needs only Python 3.11+. Both commands create `.venv/` and install the project into it when missing or
-when pyproject.toml changed, so they are safe to run again. `up` also migrates the database, creates the
+Needs only Python 3.11+. Both commands create `.venv/` and install the pinned, hashed dependencies of
+requirements/base.lock (`up`) or requirements/dev.lock (`test`, a superset) into it when missing or when
+the lock changed, so they are safe to run again. `python3 forge.py lock` rewrites both locks from
+pyproject.toml with uv. `up` also migrates the database, creates the
 secrets, a demo operator and a demo token, prints how to connect, and serves on 127.0.0.1. `test` also
 installs Debian's chromium for the browser tests when it is missing and this is root on a machine with
 apt-get (Playwright's own browser download is never used); otherwise those tests skip and say why.
@@ -11,7 +13,9 @@ apt-get (Playwright's own browser download is never used); otherwise those tests
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,35 +26,117 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 PYTHON = VENV / "bin" / "python"
+# The sha256 of the lock file last installed into the venv.
 STAMP = VENV / ".forge-installed"
+# Every dependency pinned with PyPI's hashes, for Python 3.11+ on any platform (uv's universal resolution):
+# two installs a month apart get the same versions. dev.lock is base.lock (same pins) plus the dev extra.
+BASE_LOCK = ROOT / "requirements" / "base.lock"
+DEV_LOCK = ROOT / "requirements" / "dev.lock"
+# The locks are resolved against PyPI alone, so their hashes are PyPI's whatever mirror a machine has.
+PYPI = "https://pypi.org/simple"
+LOCK_HEADER = "# pyproject.toml's dependencies: sha256 "
 # The browser tests launch this binary (tests/browser/conftest.py); Debian's `chromium` package puts it there.
 CHROMIUM = Path("/usr/bin/chromium")
 
 
-def ensure_environment(extras: str) -> None:
+def ensure_environment(dev: bool) -> None:
+    """Install the lock `test` (dev) or `up` needs into .venv/, unless the venv already has it.
+
+    A venv installed from dev.lock also serves `up`: dev.lock pins exactly what base.lock pins, and more.
+    """
+    check_python()
+    check_locks()
+    ensure_venv()
+    lock = DEV_LOCK if dev else BASE_LOCK
+    accepted = {digest(DEV_LOCK)} if dev else {digest(BASE_LOCK), digest(DEV_LOCK)}
+    if STAMP.exists() and STAMP.read_text().strip() in accepted:
+        return
+    print(f"# installing Forge MCP's dependencies from {lock.relative_to(ROOT)} into {VENV}", flush=True)
+    pip_install("--require-hashes", "--no-deps", "-r", str(lock))
+    STAMP.write_text(digest(lock))
+
+
+def check_python() -> None:
     if sys.version_info < (3, 11):
         sys.exit(f"Forge MCP needs Python 3.11 or newer; this is {sys.version.split()[0]}.")
+
+
+def ensure_venv() -> None:
     if not PYTHON.exists():
         print(f"# creating {VENV}", flush=True)
         venv.EnvBuilder(with_pip=True).create(VENV)
-    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + extras.encode()).hexdigest()
-    if STAMP.exists() and STAMP.read_text() == wanted:
-        return
-    print(f"# installing Forge MCP's dependencies{extras} into {VENV}", flush=True)
-    pip = [str(PYTHON), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "--upgrade", "pip"], check=True)
-    subprocess.run([*pip, *requirements(extras)], cwd=ROOT, check=True)
-    STAMP.write_text(wanted)
 
 
-def requirements(extras: str) -> list[str]:
-    """The dependencies pyproject.toml declares (plus the named extras); the checkout itself runs in place."""
+def pip_install(*args: str) -> None:
+    subprocess.run(
+        [str(PYTHON), "-m", "pip", "install", "--disable-pip-version-check", "-q", *args], cwd=ROOT, check=True
+    )
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def dependencies_digest() -> str:
+    """What the locks are made from: pyproject.toml's dependencies, extras and Python range."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = list(project["dependencies"])
-    for extra in extras.strip("[]").split(","):
-        if extra:
-            wanted += project["optional-dependencies"][extra]
-    return wanted
+    wanted = {key: project.get(key) for key in ("requires-python", "dependencies", "optional-dependencies")}
+    return hashlib.sha256(json.dumps(wanted, sort_keys=True).encode()).hexdigest()
+
+
+def check_locks() -> None:
+    """Refuse to install from locks that no longer match pyproject.toml (a dependency added but not locked)."""
+    for lock in (BASE_LOCK, DEV_LOCK):
+        first = lock.read_text().splitlines()[0] if lock.exists() else ""
+        if first != LOCK_HEADER + dependencies_digest():
+            sys.exit(
+                f"{lock.relative_to(ROOT)} does not match pyproject.toml's dependencies (changed since it was "
+                "written, or missing): run `python3 forge.py lock` and commit requirements/."
+            )
+
+
+def lock(argv: list[str]) -> None:
+    """Rewrite requirements/dev.lock and base.lock from pyproject.toml with uv (installed into .venv/ if needed).
+
+    Pins already in the locks are kept unless pyproject.toml rules them out; `lock --upgrade` moves every
+    pin to the newest release allowed (other arguments go to `uv pip compile`).
+    """
+    check_python()
+    ensure_venv()
+    uv = VENV / "bin" / "uv"
+    if not uv.exists():
+        print(f"# installing uv into {VENV}", flush=True)
+        pip_install(*uv_requirement())
+    compile_ = [
+        str(uv), "pip", "compile", "pyproject.toml", "--quiet", "--no-config", "--universal",
+        "--python-version", "3.11", "--generate-hashes", "--default-index", PYPI,
+        "--custom-compile-command", "python3 forge.py lock", *argv,
+    ]  # fmt: skip
+    env = {key: value for key, value in os.environ.items() if not key.startswith("UV_")}
+    DEV_LOCK.parent.mkdir(exist_ok=True)
+    header = LOCK_HEADER + dependencies_digest() + "\n"
+    for path, extra in ((DEV_LOCK, ["--extra", "dev"]), (BASE_LOCK, ["--constraint", str(DEV_LOCK)])):
+        # base.lock is resolved within dev.lock's pins, so a venv installed from dev.lock has base.lock's.
+        print(f"# locking {path.relative_to(ROOT)}", flush=True)
+        subprocess.run([*compile_, *extra, "--output-file", str(path)], cwd=ROOT, env=env, check=True)
+        path.write_text(header + path.read_text().removeprefix(header))
+    print("# requirements/ rewritten: `git diff requirements/` shows what moved", flush=True)
+
+
+def uv_requirement() -> list[str]:
+    """uv as dev.lock pins it (with its hashes), or as pyproject.toml's dev extra allows when not locked yet."""
+    if DEV_LOCK.exists():
+        lines = DEV_LOCK.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if line.startswith("uv=="):
+                block = [line]
+                while block[-1].endswith("\\"):
+                    block.append(lines[i + len(block)])
+                pinned = VENV / "uv-requirement.txt"
+                pinned.write_text("\n".join(block) + "\n")
+                return ["--require-hashes", "--no-deps", "-r", str(pinned)]
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
+    return [next(spec for spec in extra if re.match(r"uv\b", spec))]
 
 
 def ensure_chromium() -> None:
@@ -84,7 +170,7 @@ def manage(*args: str) -> None:
 def up(argv: list[str]) -> None:
     host = os.environ.get("FORGE_HOST", "127.0.0.1")
     port = os.environ.get("FORGE_PORT", "8000")
-    ensure_environment("")
+    ensure_environment(dev=False)
     manage("migrate", "--noinput", "-v", "0")
     manage("demo_setup", "--host", host, "--port", port)
     os.chdir(ROOT)
@@ -92,16 +178,16 @@ def up(argv: list[str]) -> None:
 
 
 def test(argv: list[str]) -> None:
-    ensure_environment("[dev]")
+    ensure_environment(dev=True)
     ensure_chromium()
     os.chdir(ROOT)
     os.execv(str(PYTHON), [str(PYTHON), "-m", "pytest", *argv])
 
 
 def main() -> None:
-    commands = {"up": up, "test": test}
+    commands = {"up": up, "test": test, "lock": lock}
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
-        sys.exit("usage: python3 forge.py up | test [pytest arguments]")
+        sys.exit("usage: python3 forge.py up | test [pytest arguments] | lock [--upgrade]")
     commands[sys.argv[1]](sys.argv[2:])
 
 

@@ -71,7 +71,9 @@ ASGI_APPLICATION = "forge_site.asgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        # The checkout's templates/ folder; the wheel carries the same files as forge_site/templates/
+        # (pyproject.toml), since an installed package has no checkout around it. A missing folder is skipped.
+        "DIRS": [BASE_DIR / "templates", Path(__file__).resolve().parent / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
