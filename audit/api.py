@@ -85,7 +85,9 @@ class PublicKey(serializers.Serializer):
 
 class Checkpoint(serializers.Serializer):
     size = serializers.IntegerField()
-    root = serializers.CharField(help_text="Base64 of the tree's root hash at this size.")
+    # A field named root: the stubs see it replace Field.root, but the serializer metaclass takes declared
+    # fields off the class, so Field.root stays as it is at run time; the name is the API's.
+    root = serializers.CharField(help_text="Base64 of the tree's root hash at this size.")  # type: ignore[assignment]
     note = serializers.CharField(help_text="The signed checkpoint note.")
     public_key = PublicKey()
 
@@ -96,7 +98,7 @@ class InclusionProof(serializers.Serializer):
     size = serializers.IntegerField()
     leaf_hash = serializers.CharField(help_text="Base64.")
     proof = serializers.ListField(child=serializers.CharField(), help_text="Base64 hashes, leaf to root.")
-    root = serializers.CharField(help_text="Base64.")
+    root = serializers.CharField(help_text="Base64.")  # type: ignore[assignment]  # as Checkpoint.root
     note = serializers.CharField(help_text="The checkpoint note that signs the root.")
 
 

@@ -158,7 +158,7 @@ def page_in_creation_order(
     after = params.get("after")
     if after is not None:
         try:
-            last_read = found.model.objects.filter(pk=after).values_list("created_at", flat=True).first()
+            last_read = found.model._default_manager.filter(pk=after).values_list("created_at", flat=True).first()
         except DjangoValidationError:  # not even the shape of an id (a UUID)
             last_read = None
         if last_read is None:

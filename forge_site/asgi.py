@@ -34,7 +34,8 @@ application = ProtocolTypeRouter(
                 # The console's stylesheets and scripts (the admin's static files under STATIC_URL) come
                 # from the installed apps through Django itself: a console on loopback needs no
                 # collectstatic step and no web server in front. Everything else goes to the views.
-                re_path(r"", ASGIStaticFilesHandler(django_application)),
+                # (channels routes ASGI applications through Django's re_path; django-stubs types it for views.)
+                re_path(r"", ASGIStaticFilesHandler(django_application)),  # type: ignore[arg-type]
             ]
         ),
     }

@@ -68,7 +68,7 @@ def check_secrets_folder_is_private(app_configs: Sequence[Any] | None = None, **
         return []  # made with mode 0700 on first use
     loose = loose_modes(folder)
     foreign = folder.stat().st_uid != os.geteuid()
-    problems = []
+    problems: list[CheckMessage] = []
     if loose:
         problems.append(
             Error(

@@ -9,6 +9,7 @@ messages through Redis.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 
@@ -100,7 +101,7 @@ else:
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": FORGE_DATA_DIR / "forge.sqlite3",
+            "NAME": str(FORGE_DATA_DIR / "forge.sqlite3"),
             "OPTIONS": {
                 # WAL lets readers run beside the single writer; IMMEDIATE takes the write lock at BEGIN so
                 # two writers queue on busy_timeout instead of failing with "database is locked" mid-way.
@@ -114,6 +115,7 @@ else:
     DATABASES["default"]["CONN_MAX_AGE"] = None
 
 REDIS_URL = envstr("REDIS_URL", "")
+CHANNEL_LAYERS: dict[str, dict[str, Any]]
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {

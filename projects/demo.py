@@ -8,6 +8,7 @@ the vocabulary produces a schema-valid project.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from projects import operations, plcopen
 
@@ -62,7 +63,7 @@ IF BeltRunning THEN
 END_IF;
 """
 
-OPERATIONS = [
+OPERATIONS: list[dict[str, Any]] = [
     {"op": "add_data_type", "name": "LineMode", "values": ["Stopped", "Manual", "Automatic"]},
     {
         "op": "add_pou",

@@ -567,7 +567,7 @@ def describe(project: Project, *, limit: int = DESCRIBE_LIMIT) -> dict[str, Any]
     before, after = materialized.accepted.index, materialized.document.index
     added = [e.id for e in after.entries if e.key not in before.by_id]
     removed = [e.id for e in before.entries if e.key not in after.by_id]
-    changed = []
+    changed: list[dict[str, Any]] = []
     for entry in after.entries:
         old = before.by_id.get(entry.key)
         if old is None:

@@ -691,7 +691,7 @@ def _check_st(pou: etree._Element, project: _Project) -> None:
                 f"(line {token.line}) but is not declared as a variable, external, POU, type or enumeration value.",
             )
     bodies = _xpath(pou, "p:body | p:actions/p:action/p:body | p:transitions/p:transition/p:body")
-    if not bodies or any(_local(_content(b)) != "ST" for b in bodies if _content(b) is not None):
+    if not bodies or any(_local(content) != "ST" for b in bodies if (content := _content(b)) is not None):
         return
     for section, variable in variables:
         var_name = _name(variable)

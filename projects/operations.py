@@ -250,7 +250,7 @@ def parse_operations(raw: Iterable[Operation | Mapping[str, Any]]) -> list[Opera
     parsed: list[Operation] = []
     for index, item in enumerate(raw):
         if isinstance(item, BaseModel):
-            parsed.append(item)  # type: ignore[arg-type]
+            parsed.append(item)
             continue
         try:
             parsed.append(OPERATION_ADAPTER.validate_python(item))
@@ -381,7 +381,8 @@ def _indent_before(el: etree._Element) -> str:
 def _pretty(el: etree._Element, indent: str, unit: str) -> None:
     """Indent a newly built subtree; text-bearing (XHTML) elements keep their content untouched."""
     children = [child for child in el if isinstance(child.tag, str)]
-    if not children or (el.text and el.text.strip()) or el.tag.startswith(f"{{{plcopen.XHTML_NS}}}"):
+    xhtml = isinstance(el.tag, str) and el.tag.startswith(f"{{{plcopen.XHTML_NS}}}")
+    if not children or (el.text and el.text.strip()) or xhtml:
         return
     el.text = "\n" + indent + unit
     for position, child in enumerate(children):
@@ -772,7 +773,7 @@ def _set_pou_body(root: etree._Element, op: SetPouBody, layout: _Layout) -> list
         raise _Refusal(f"{pou_id} has a {current} body; set_pou_body replaces only ST or IL bodies")
     before = etree.tostring(body)
     container = first_element(language)
-    if container is not None and container.tag.startswith(f"{{{plcopen.XHTML_NS}}}"):
+    if container is not None and isinstance(container.tag, str) and container.tag.startswith(f"{{{plcopen.XHTML_NS}}}"):
         # Keep the file's own XHTML container (xhtml:p or a CODESYS-style <xhtml>) and replace its content.
         plcopen.set_code_text(container, op.text)
         language.tag = q(op.language)

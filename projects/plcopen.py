@@ -374,7 +374,8 @@ def render_type(container: etree._Element | None) -> str:
     if child is None:
         return ""
     # Fast path: most variables have an elementary type, and the index renders every variable's type.
-    simple = _SIMPLE_BY_TAG.get(child.tag)
+    tag = child.tag  # a str: first_element skips comments and processing instructions
+    simple = _SIMPLE_BY_TAG.get(tag) if isinstance(tag, str) else None
     if simple is not None:
         return simple
     name = local_name(child)
@@ -686,7 +687,7 @@ class ElementIndex:
     @classmethod
     def build(cls, root: etree._Element) -> ElementIndex:
         # One pass for all documentation: cheaper than looking for it under each of 50,000 variables.
-        documentation = {el.getparent(): el for el in root.iter(_DOCUMENTATION)}
+        documentation = {parent: el for el in root.iter(_DOCUMENTATION) if (parent := el.getparent()) is not None}
         entries: list[Entry] = []
         _collect(root, "root", "", documentation, entries)
         return cls(entries)
@@ -728,7 +729,8 @@ def make_entry(
     section = None
     if kind == "variable":
         type_text: str | None = render_type(el.find(_TYPE))
-        section = el.getparent().tag.rpartition("}")[2]
+        parent = el.getparent()
+        section = local_name(parent) if parent is not None else None
     elif kind == "pou":
         type_text = el.get("pouType")
     elif kind == "type":
