@@ -48,7 +48,7 @@ from confirmations.services import (
     reconciliation_evidence,
     tampered_refusal,
 )
-from forge_core.console import ReadOnlyModelAdmin
+from forge_core.console import ReadOnlyModelAdmin, signed_in
 from forge_core.errors import AuditUnavailable
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 NOT_AUDITED = "Nothing was done: the audit log could not be written (see the server log)."
 
 
-class MemorableIdSearch:
+class MemorableIdSearch(admin.ModelAdmin):
     """Search that also finds a record by its memorable ID (or its first words), which is not stored."""
 
     def get_search_results(self, request: HttpRequest, queryset, search_term: str):
@@ -112,7 +112,8 @@ class PendingConfirmationAdmin(MemorableIdSearch, ReadOnlyModelAdmin):
         _expire_due(request)
         confirmation = self.get_object(request, unquote(object_id))
         if confirmation is None:
-            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+            # A ModelAdmin method the stubs leave out: the admin's own "does not exist" message and redirect.
+            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)  # type: ignore[attr-defined]
         if not self.has_view_permission(request, confirmation):
             return HttpResponseRedirect(reverse("admin:index"))
         contract = Contract.objects.filter(confirmation=confirmation).first()
@@ -145,11 +146,11 @@ class PendingConfirmationAdmin(MemorableIdSearch, ReadOnlyModelAdmin):
         try:
             if decision == "approve":
                 decided = do_approve_confirmation(
-                    unquote(object_id), acting_user=request.user, typed_id=request.POST.get("typed_id", "")
+                    unquote(object_id), acting_user=signed_in(request.user), typed_id=request.POST.get("typed_id", "")
                 )
             elif decision == "deny":
                 decided = do_deny_confirmation(
-                    unquote(object_id), acting_user=request.user, reason=request.POST.get("reason", "")
+                    unquote(object_id), acting_user=signed_in(request.user), reason=request.POST.get("reason", "")
                 )
             else:
                 self.message_user(request, "Choose approve or deny; nothing was decided.", messages.ERROR)
@@ -194,7 +195,8 @@ class ContractAdmin(MemorableIdSearch, ReadOnlyModelAdmin):
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "", extra_context=None):
         contract = self.get_object(request, unquote(object_id))
         if contract is None:
-            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+            # A ModelAdmin method the stubs leave out: the admin's own "does not exist" message and redirect.
+            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)  # type: ignore[attr-defined]
         if not self.has_view_permission(request, contract):
             return HttpResponseRedirect(reverse("admin:index"))
         context: dict[str, Any] = {
@@ -233,7 +235,7 @@ class ContractAdmin(MemorableIdSearch, ReadOnlyModelAdmin):
             request,
             object_id,
             lambda: do_rollback_contract(
-                unquote(object_id), acting_user=request.user, typed_id=request.POST.get("typed_id", "")
+                unquote(object_id), acting_user=signed_in(request.user), typed_id=request.POST.get("typed_id", "")
             ),
             rollback_message,
         )
@@ -244,7 +246,7 @@ class ContractAdmin(MemorableIdSearch, ReadOnlyModelAdmin):
         return self._act(
             request,
             object_id,
-            lambda: do_resolve_contract(unquote(object_id), acting_user=request.user, conclusion=conclusion),
+            lambda: do_resolve_contract(unquote(object_id), acting_user=signed_in(request.user), conclusion=conclusion),
             lambda contract: resolution_message(contract, conclusion),
         )
 

@@ -49,6 +49,7 @@ from confirmations.services import (
     reconciliation_evidence,
     tampered_refusal,
 )
+from forge_core.console import signed_in
 from forge_core.errors import AuditUnavailable
 from forge_core.rest import (
     BAD_QUERY,
@@ -354,7 +355,7 @@ def confirmation(request: Request, confirmation_id: uuid.UUID) -> Response:
 def approve(request: Request, confirmation_id: uuid.UUID) -> Response:
     body = parsed_body(Approval, request.data, send='a JSON object {"typed_id": "word-word-word-word"}, or no body,')
     decided = _refused(
-        lambda: do_approve_confirmation(confirmation_id, acting_user=request.user, typed_id=body.typed_id)
+        lambda: do_approve_confirmation(confirmation_id, acting_user=signed_in(request.user), typed_id=body.typed_id)
     )
     return Response(ConfirmationDetail(decided).data)
 
@@ -375,7 +376,9 @@ def approve(request: Request, confirmation_id: uuid.UUID) -> Response:
 @schema(OperatorSchema())
 def deny(request: Request, confirmation_id: uuid.UUID) -> Response:
     body = parsed_body(Denial, request.data, send='a JSON object {"reason": "..."}, or no body,')
-    decided = _refused(lambda: do_deny_confirmation(confirmation_id, acting_user=request.user, reason=body.reason))
+    decided = _refused(
+        lambda: do_deny_confirmation(confirmation_id, acting_user=signed_in(request.user), reason=body.reason)
+    )
     return Response(ConfirmationDetail(decided).data)
 
 
@@ -451,7 +454,9 @@ def contract(request: Request, contract_id: uuid.UUID) -> Response:
 @schema(OperatorSchema())
 def rollback(request: Request, contract_id: uuid.UUID) -> Response:
     body = parsed_body(Rollback, request.data, send='a JSON object {"typed_id": "word-word-word-word"}')
-    done = _refused(lambda: do_rollback_contract(contract_id, acting_user=request.user, typed_id=body.typed_id))
+    done = _refused(
+        lambda: do_rollback_contract(contract_id, acting_user=signed_in(request.user), typed_id=body.typed_id)
+    )
     return Response(_contract_body(done, None))
 
 
@@ -477,7 +482,9 @@ def resolve(request: Request, contract_id: uuid.UUID) -> Response:
         request.data,
         send='a JSON object {"conclusion": "applied"}, "not_applied" or "rolled_back_by_hand"',
     )
-    done = _refused(lambda: do_resolve_contract(contract_id, acting_user=request.user, conclusion=body.conclusion))
+    done = _refused(
+        lambda: do_resolve_contract(contract_id, acting_user=signed_in(request.user), conclusion=body.conclusion)
+    )
     return Response(_contract_body(done, None))
 
 

@@ -173,7 +173,7 @@ def decision_message(confirmation: PendingConfirmation) -> tuple[int, SafeString
     return messages.INFO, format_html("Confirmation {} is {}.", confirmation.memorable_id, confirmation.state)
 
 
-ROLLBACK_MESSAGES = {
+ROLLBACK_MESSAGES: dict[str, tuple[int, str]] = {
     ContractState.ROLLED_BACK: (messages.SUCCESS, "Rolled back {}: the target holds what it held before."),
     ContractState.ROLLBACK_FAILED: (
         messages.ERROR,

@@ -545,7 +545,7 @@ def resolve(contract: Contract, conclusion: str, *, actor: str) -> Contract:
     if contract.post_fingerprint:
         # It was VERIFIED once, so this reconciliation is a rollback's: "applied" means the rollback took
         # effect; "not applied" returns it to VERIFIED with the fingerprint sealed then.
-        to = S.VERIFIED if conclusion == "not_applied" else S.ROLLED_BACK
+        to: str = S.VERIFIED if conclusion == "not_applied" else S.ROLLED_BACK
         changes: dict[str, Any] = {}
     else:
         to = RESOLUTIONS[conclusion]
@@ -594,10 +594,11 @@ def recover_interrupted(*, actor: str = "recovery") -> list[Contract]:
     lease = timedelta(seconds=settings.FORGE_EXECUTOR_LEASE_SECONDS)
     moved = []
     pending = [S.PREPARING, S.PREPARED, *IN_FLIGHT_STATES]
+    settled_as: dict[str, str] = {S.PREPARING: S.FAILED, S.PREPARED: S.EXPIRED}  # the rest: RECONCILIATION
     for contract in Contract.objects.filter(state__in=pending).order_by("created_at"):
         if not _abandoned(contract, lease):
             continue
-        to = {S.PREPARING: S.FAILED, S.PREPARED: S.EXPIRED}.get(contract.state, S.RECONCILIATION)
+        to = settled_as.get(contract.state, S.RECONCILIATION)
         try:
             moved.append(transition(contract, to, actor=actor, reason="interrupted"))
         except (StaleContract, sealing.ContractTampered) as exc:

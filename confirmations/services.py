@@ -21,7 +21,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
@@ -74,7 +74,7 @@ def do_create_confirmation(
     arguments: Mapping[str, Any],
     question: str,
     preview: Mapping[str, Any],
-    principal: AbstractBaseUser,
+    principal: User,
     session_id: str,
     client_label: str,
     project: str,
@@ -181,7 +181,7 @@ def expire_due(*, actor: str = "expiry") -> int:
     return count
 
 
-def _require_decider(confirmation_id: Any, user: AbstractBaseUser, choice: str) -> None:
+def _require_decider(confirmation_id: Any, user: User, choice: str) -> None:
     """Refuse (and audit, in its own transaction) a decision by a user without decide_confirmation."""
     if user.has_perm(DECIDE_PERMISSION):
         return
@@ -204,7 +204,7 @@ EXPIRED_REFUSAL = ("expired", "This confirmation expired before it was decided; 
 
 
 def _decide(
-    confirmation_id: Any, user: AbstractBaseUser, choice: str, decide: Callable[[PendingConfirmation], None]
+    confirmation_id: Any, user: User, choice: str, decide: Callable[[PendingConfirmation], None]
 ) -> PendingConfirmation:
     """Make one decision in one transaction: refused (nothing changed) unless the user may decide and the
     confirmation is pending; one past its time is expired (that stays) and the decision refused."""
@@ -223,9 +223,7 @@ def _decide(
     return confirmation
 
 
-def do_deny_confirmation(
-    confirmation_id: Any, *, acting_user: AbstractBaseUser, reason: str = ""
-) -> PendingConfirmation:
+def do_deny_confirmation(confirmation_id: Any, *, acting_user: User, reason: str = "") -> PendingConfirmation:
     def deny(confirmation: PendingConfirmation) -> None:
         now = timezone.now()
         _move(
@@ -241,9 +239,7 @@ def do_deny_confirmation(
     return _decide(confirmation_id, acting_user, "deny", deny)
 
 
-def do_approve_confirmation(
-    confirmation_id: Any, *, acting_user: AbstractBaseUser, typed_id: str = ""
-) -> PendingConfirmation:
+def do_approve_confirmation(confirmation_id: Any, *, acting_user: User, typed_id: str = "") -> PendingConfirmation:
     """Approve, then carry the mutation out through the executor; returns the confirmation executed or
     failed (with its outcome). Refused, with nothing changed, when not pending, expired or not allowed."""
 
@@ -287,13 +283,13 @@ def _carry_out(confirmation: PendingConfirmation, actor: str) -> PendingConfirma
             contract, actor=actor, on_verified=lambda verified, settled: _executed(confirmation, verified, settled)
         )
     except executor.ExecutionRefused as refusal:
-        contract = Contract.objects.filter(confirmation=confirmation).first()
-        return _finish(confirmation, contract, refusal_reason=refusal.reason, message=refusal.message)
+        left = Contract.objects.filter(confirmation=confirmation).first()
+        return _finish(confirmation, left, refusal_reason=refusal.reason, message=refusal.message)
     except sealing.ContractTampered:
         # The contract record no longer authenticates: nothing more is done with it, and the client is
         # told to go through an operator (the console shows the contract as tampered).
-        contract = Contract.objects.filter(confirmation=confirmation).first()
-        return _finish(confirmation, contract, refusal_reason="reconciliation")
+        left = Contract.objects.filter(confirmation=confirmation).first()
+        return _finish(confirmation, left, refusal_reason="reconciliation")
     if contract.state == ContractState.VERIFIED:
         confirmation.refresh_from_db()
         return confirmation
@@ -522,7 +518,7 @@ def reconciliation_evidence(contract: Contract) -> dict[str, Any]:
     }
 
 
-def do_rollback_contract(contract_id: Any, *, acting_user: AbstractBaseUser, typed_id: str) -> Contract:
+def do_rollback_contract(contract_id: Any, *, acting_user: User, typed_id: str) -> Contract:
     """Roll a VERIFIED contract back (the operator typed its memorable ID). Returns the contract as the
     rollback left it (ROLLED_BACK, or ROLLBACK_FAILED / RECONCILIATION when it went wrong midway); refused
     with nothing changed (and audited) without the permission, on a typed-ID mismatch, in another state,
@@ -535,7 +531,7 @@ def do_rollback_contract(contract_id: Any, *, acting_user: AbstractBaseUser, typ
     )
 
 
-def do_resolve_contract(contract_id: Any, *, acting_user: AbstractBaseUser, conclusion: str) -> Contract:
+def do_resolve_contract(contract_id: Any, *, acting_user: User, conclusion: str) -> Contract:
     """An operator's conclusion on a contract in RECONCILIATION: "applied", "not_applied" or
     "rolled_back_by_hand" (RESOLUTIONS). Refused with nothing changed (and audited) otherwise."""
     return _act_on_contract(
@@ -546,9 +542,7 @@ def do_resolve_contract(contract_id: Any, *, acting_user: AbstractBaseUser, conc
     )
 
 
-def _act_on_contract(
-    contract_id: Any, user: AbstractBaseUser, action: str, act: Callable[[Contract], Contract]
-) -> Contract:
+def _act_on_contract(contract_id: Any, user: User, action: str, act: Callable[[Contract], Contract]) -> Contract:
     contract = contract_by_id(contract_id)
     if not user.has_perm(RESOLVE_PERMISSION):
         refusal = DecisionRefused(

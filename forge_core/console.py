@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
 from rest_framework.authentication import BaseAuthentication
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import AbstractUser, AnonymousUser
+    from django.contrib.auth.models import AbstractUser, AnonymousUser, User
 
 OPERATORS_GROUP = "operators"
 
@@ -19,6 +20,16 @@ def is_operator(user: AbstractUser | AnonymousUser) -> bool:
     if not user.is_active:
         return False
     return user.is_superuser or (user.is_staff and user.groups.filter(name=OPERATORS_GROUP).exists())
+
+
+def signed_in(user: User | AnonymousUser) -> User:
+    """The account behind a request that a login requirement let through (the console's views, REST
+    framework's IsAuthenticated), as the user it is; refused (403) should it be the anonymous user after all."""
+    from django.contrib.auth.models import AnonymousUser  # not at import: the auth models need the app registry
+
+    if isinstance(user, AnonymousUser):
+        raise PermissionDenied("Sign in first.")
+    return user
 
 
 class OperatorAuthentication(BaseAuthentication):
