@@ -25,9 +25,9 @@ a failure and shown, never left out. Deployments (``--modes``):
   Runs only when both variables are set.
 
 Each mode gets a fresh data dir: migrated, MCP switched on, an operator with an operator token, a client
-token, the PLCopen sample ``beremiz-first_steps.xml`` imported, and the client's session allowed on it (a
-first project call, then ``manage.py access_requests allow --pending``). Servers listen on 127.0.0.1 only
-and are stopped in a ``finally`` whatever happens.
+token, the test project ``tests/fixtures/plcopen/dosing_line.xml`` imported, and the client's session
+allowed on it (a first project call, then ``manage.py access_requests allow --pending``). Servers listen on
+127.0.0.1 only and are stopped in a ``finally`` whatever happens.
 
     .venv/bin/python bench/confirm_latency.py                # 200 iterations after 10 warm-up, both modes
     .venv/bin/python bench/confirm_latency.py --quick        # 30 iterations
@@ -63,12 +63,12 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 PYTHON = sys.executable
 HOST = ra.HOST
-SAMPLES_DIR = ROOT.parent / "shared" / "plcopen" / "samples"  # as tests/projects/conftest.py
-SAMPLE = "beremiz-first_steps.xml"
+# The main PLCopen test fixture (MAIN in tests/projects/conftest.py), part of the repository.
+PROJECT_FILE = ROOT / "tests" / "fixtures" / "plcopen" / "dosing_line.xml"
 SLUG = "bench-confirm"
 OPERATOR = "bench-operator"
 TOOL = "project.write.add_variable"
-ADD = {"project": SLUG, "scope": "pou/plc_prg", "section": "localVars", "type": "INT"}
+ADD = {"project": SLUG, "scope": "pou/LineMain", "section": "localVars", "type": "INT"}
 MODES = ("memory", "redis")
 SERVER_SETTINGS = {
     "FORGE_OVERRIDE_SECURITIES": "1",
@@ -124,7 +124,7 @@ class Deployment:
 
 
 def prepare(data_dir: Path, extra: dict[str, str]) -> tuple[dict[str, str], str, str]:
-    """Migrate, switch MCP on, make an operator (+ operator token) and a client token, import the sample."""
+    """Migrate, switch MCP on, make an operator (+ operator token) and a client token, import the project."""
     env = base_env(data_dir, **extra)
     manage(env, "migrate", "--noinput", "-v", "0")
     manage(env, "mcp_switch", "on")
@@ -135,7 +135,7 @@ def prepare(data_dir: Path, extra: dict[str, str]) -> tuple[dict[str, str], str,
     operator_token = last_line(manage(env, "create_operator_token", OPERATOR, "--label", "bench-confirm"))
     if not client_token.startswith("fmcp_") or not operator_token.startswith("fop_"):
         raise RuntimeError("create_token / create_operator_token printed no token")
-    manage(env, "import_project", str(SAMPLES_DIR / SAMPLE), "--slug", SLUG)
+    manage(env, "import_project", str(PROJECT_FILE), "--slug", SLUG)
     return env, client_token, operator_token
 
 
@@ -568,8 +568,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         wanted.discard("redis")
         print("redis mode skipped: set DATABASE_URL (postgres://) and REDIS_URL to run it")
     args.modes = [mode for mode in MODES if mode in wanted]
-    if not (SAMPLES_DIR / SAMPLE).is_file():
-        parser.error(f"the PLCopen sample {SAMPLES_DIR / SAMPLE} is missing")
+    if not PROJECT_FILE.is_file():
+        parser.error(f"the PLCopen test project {PROJECT_FILE} is missing")
     return args
 
 

@@ -11,7 +11,7 @@ import pytest
 from mcp_api.revisions import LATEST_HANDSHAKE
 from tests.browser.conftest import OPERATOR, ConsoleServer
 from tests.browser.test_dashboard import log_in
-from tests.projects.conftest import SAMPLES_DIR, sample_bytes
+from tests.projects.conftest import LATIN1, fixture_path
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -20,8 +20,8 @@ expect = pytest.importorskip("playwright.sync_api", reason="the playwright packa
 
 pytestmark = pytest.mark.live
 
-SAMPLE = "openplc-Traffic_Light_FBD.xml"
-SLUG = "browser-traffic"
+PROJECT_FILE = fixture_path(LATIN1)
+SLUG = "browser-tower"
 
 
 class McpClient:
@@ -59,10 +59,9 @@ class McpClient:
 
 
 def test_a_new_access_request_appears_live_and_once_allowed_the_client_reads(page: Page, console_server: ConsoleServer):
-    sample_bytes(SAMPLE)
     server = console_server.server
     server.manage("mcp_switch", "on")
-    server.manage("import_project", str(SAMPLES_DIR / SAMPLE), "--slug", SLUG)
+    server.manage("import_project", str(PROJECT_FILE), "--slug", SLUG)
     token = server.new_token("browser-client", user=OPERATOR)
     log_in(page, console_server)
     page.goto(f"{server.base}/console/mcp_api/accessrequest/")

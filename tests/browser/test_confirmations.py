@@ -25,7 +25,7 @@ from projects import plcopen
 from tests.browser.conftest import OPERATOR, WAIT_MS, ConsoleServer, screenshot_path
 from tests.browser.test_dashboard import log_in
 from tests.live import LiveServer, manage, prepare, run_server, scratch_database, streamable_client
-from tests.projects.conftest import SAMPLES_DIR, sample_bytes
+from tests.projects.conftest import MAIN, fixture_path
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -40,9 +40,9 @@ BOUND = 20
 """Seconds: the bound on waiting for the live list, the client's progress and the client's answer."""
 CALL_BOUND = 60
 """Seconds: the client's whole call (access, proposal, the operator's reading and decision) at most."""
-SAMPLE = "beremiz-first_steps.xml"
+PROJECT_FILE = fixture_path(MAIN)
 SLUG = "browser-writes"
-ADD = {"project": SLUG, "scope": "pou/plc_prg", "section": "localVars", "type": "INT"}
+ADD = {"project": SLUG, "scope": "pou/LineMain", "section": "localVars", "type": "INT"}
 TOOL = "project.write.add_variable"
 PENDING_LIST = "/console/confirmations/pendingconfirmation/?state__exact=pending"
 CONTRACTS = "/console/confirmations/contract/"
@@ -59,8 +59,7 @@ def override_console(tmp_path_factory) -> Iterator[ConsoleServer]:
     with scratch_database() as database:
         env, token = prepare(data_dir, **database, **settings)
         manage(env, "create_operator", OPERATOR, "--password-file", str(password_file))
-        sample_bytes(SAMPLE)
-        manage(env, "import_project", str(SAMPLES_DIR / SAMPLE), "--slug", SLUG)
+        manage(env, "import_project", str(PROJECT_FILE), "--slug", SLUG)
         with run_server(env, token, data_dir) as server:
             yield ConsoleServer(server=server, operator=OPERATOR, password=password)
 
@@ -153,7 +152,7 @@ def test_an_operator_sees_a_write_appear_live_reads_its_diff_and_approves_it_whi
     expect(page.locator("#confirmation-state")).to_have_text("executed")
     assert memorable == memorable_id(confirmation_id)
     assert (result["state"], result["pending_id"], result["memorable_id"]) == ("executed", confirmation_id, memorable)
-    assert result["result"]["changed_ids"] == ["pou/plc_prg/var/FromConsole"]
+    assert result["result"]["changed_ids"] == ["pou/LineMain/var/FromConsole"]
     after = project_file(server).read_bytes()
     assert after != before and b'name="FromConsole"' in after
     assert plcopen.validate(plcopen.load(after)) == []

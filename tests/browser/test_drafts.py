@@ -25,7 +25,7 @@ from projects import plcopen
 from tests.browser.conftest import OPERATOR, WAIT_MS, ConsoleServer, screenshot_path
 from tests.browser.test_dashboard import log_in
 from tests.live import LiveServer, manage, prepare, run_server, scratch_database, streamable_client
-from tests.projects.conftest import SAMPLES_DIR, sample_bytes
+from tests.projects.conftest import MAIN, fixture_path
 
 if TYPE_CHECKING:
     from mcp.client import Client
@@ -41,16 +41,16 @@ BOUND = 20
 """Seconds: the bound on waiting for the live list, and for each step of the client."""
 CALL_BOUND = 60
 """Seconds: the client's whole conversation (access, the group, the operator's review, its events) at most."""
-SAMPLE = "beremiz-first_steps.xml"
+PROJECT_FILE = fixture_path(MAIN)
 SLUG = "browser-drafts"
 TITLE = "Count finished shifts"
-RATIONALE = "The night report needs the number of finished shifts; plc_prg increments it at each shift end."
-ADD = {"op": "add_variable", "scope": "pou/plc_prg", "section": "localVars", "name": "ShiftCount", "type": "INT"}
+RATIONALE = "The night report needs the number of finished shifts; LineMain increments it at each shift end."
+ADD = {"op": "add_variable", "scope": "pou/LineMain", "section": "localVars", "name": "ShiftCount", "type": "INT"}
 
 
 @pytest.fixture(scope="module")
 def drafts_console(tmp_path_factory) -> Iterator[ConsoleServer]:
-    """A server with the sample project imported, a client token of `live` and a console operator."""
+    """A server with the main fixture project imported, a client token of `live` and a console operator."""
     data_dir = tmp_path_factory.mktemp("drafts-console")
     password = f"{OPERATOR}-password-123"
     password_file = data_dir / "operator-password"
@@ -58,8 +58,7 @@ def drafts_console(tmp_path_factory) -> Iterator[ConsoleServer]:
     with scratch_database() as database:
         env, token = prepare(data_dir, **database)
         manage(env, "create_operator", OPERATOR, "--password-file", str(password_file))
-        sample_bytes(SAMPLE)
-        manage(env, "import_project", str(SAMPLES_DIR / SAMPLE), "--slug", SLUG)
+        manage(env, "import_project", str(PROJECT_FILE), "--slug", SLUG)
         with run_server(env, token, data_dir) as server:
             yield ConsoleServer(server=server, operator=OPERATOR, password=password)
 
@@ -173,7 +172,7 @@ def test_an_operator_sees_a_draft_appear_reviews_its_diff_and_rationale_and_acce
     expect(page).to_have_url(re.compile(rf"/console/drafts/{SLUG}/$"))
     added = page.locator("#draft-diff pre.diff .added").filter(has_text='<variable name="ShiftCount">')
     expect(added).to_have_count(1)
-    expect(page.locator("#added")).to_have_text("pou/plc_prg/var/ShiftCount")
+    expect(page.locator("#added")).to_have_text("pou/LineMain/var/ShiftCount")
     group = page.locator("#draft-groups .group")
     expect(group).to_have_count(1)
     expect(group.locator("h3")).to_contain_text(TITLE)

@@ -8,9 +8,9 @@ import pytest
 
 from projects.models import Project
 from projects.services import do_import_project
-from tests.projects.conftest import sample_bytes
+from tests.projects.conftest import MAIN, fixture_bytes
 
-SAMPLE = "beremiz-first_steps.xml"
+FIXTURE_FILE = MAIN  # the project file the contracts of these tests change
 
 
 @pytest.fixture(autouse=True)
@@ -20,4 +20,4 @@ def _projects_root(root: Path) -> Path:
 
 @pytest.fixture
 def project(db) -> Project:
-    return do_import_project(sample_bytes(SAMPLE), slug="steps", acting_user="tests")
+    return do_import_project(fixture_bytes(FIXTURE_FILE), slug="steps", acting_user="tests")

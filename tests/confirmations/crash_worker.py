@@ -6,7 +6,7 @@ database), its secrets and its projects root, none of them shared with the test 
 JSON command per line on stdin and answers with JSON lines on stdout, each written whole with one
 `write` so the lines of the zygote and its children never interleave:
 
-- `setup`: register the sample project (in the zygote itself, before any fork).
+- `setup`: register the main fixture project (in the zygote itself, before any fork).
 - `run`: a child prepares a contract for one operation and executes it; at the chosen step boundary it
   reports `blocked` and waits to be killed (SIGKILL from the test); without a boundary it runs to the
   end and reports `finished`. The zygote reports `reaped` (with the signal) once the child is gone.
@@ -29,9 +29,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from tests.projects.conftest import MAIN, fixture_path
+
 CHILD_BOUND = 120
 SLUG = "crash"
-SAMPLE = Path(__file__).resolve().parents[2].parent / "shared" / "plcopen" / "samples" / "beremiz-first_steps.xml"
+PROJECT_FILE = fixture_path(MAIN)
 
 
 def emit(**message: Any) -> None:
@@ -43,15 +45,15 @@ def operation(kind: str, run: int) -> dict[str, Any]:
     if kind == "add_variable":
         return {
             "op": "add_variable",
-            "scope": "pou/plc_prg",
+            "scope": "pou/LineMain",
             "section": "localVars",
             "name": f"Crash{run}",
             "type": "INT",
         }
     if kind == "update_variable":
-        return {"op": "update_variable", "id": "pou/plc_prg/var/AVCnt", "initial_value": f"{run}.5"}
+        return {"op": "update_variable", "id": "pou/LineMain/var/Progress", "initial_value": f"{run}.5"}
     if kind == "update_documentation":
-        return {"op": "update_variable", "id": "pou/plc_prg/var/Reset", "documentation": f"changed by run {run}"}
+        return {"op": "update_variable", "id": "pou/LineMain/var/Halt", "documentation": f"changed by run {run}"}
     if kind == "add_pou":
         return {"op": "add_pou", "name": f"CrashPou{run}", "pou_type": "program", "body": f"(* run {run} *)"}
     raise ValueError(f"unknown operation kind {kind}")
@@ -69,7 +71,7 @@ def setup() -> None:
     from projects.services import do_import_project
 
     if not Project.objects.filter(slug=SLUG).exists():
-        do_import_project(SAMPLE.read_bytes(), slug=SLUG, acting_user="crash-test")
+        do_import_project(PROJECT_FILE.read_bytes(), slug=SLUG, acting_user="crash-test")
     path = target_path()
     emit(event="ready", path=str(path))
 
@@ -196,7 +198,7 @@ def zygote() -> None:
     from projects import plcopen
 
     # Load once what every child needs, so a fork starts warm: the XSD and the contract secrets.
-    plcopen.validate(plcopen.load(SAMPLE.read_bytes()))
+    plcopen.validate(plcopen.load(PROJECT_FILE.read_bytes()))
     sealing.store_id()
     for line in sys.stdin:
         command = json.loads(line)

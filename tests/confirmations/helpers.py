@@ -1,4 +1,4 @@
-"""Shared helpers of the confirmations tests: a contract prepared against the sample project, the record a
+"""Shared helpers of the confirmations tests: a contract prepared against the main fixture project, the record a
 test compares before and after a refused step, a contract left in flight by some process, and small
 readers of the stored state (event states, the target reservation, leftover temporary files)."""
 
@@ -26,7 +26,7 @@ NEW_VARIABLE = "ForgeNewCounter"
 STAMP = datetime(2030, 5, 6, 7, 8, 9, tzinfo=UTC)
 
 
-def add_variable(name: str = NEW_VARIABLE, *, scope: str = "pou/plc_prg") -> dict[str, Any]:
+def add_variable(name: str = NEW_VARIABLE, *, scope: str = "pou/LineMain") -> dict[str, Any]:
     """One add_variable operation: a local INT of a POU."""
     return {"op": "add_variable", "scope": scope, "section": "localVars", "name": name, "type": "INT"}
 

@@ -1,4 +1,4 @@
-"""Realistic confirmations and contracts for the console and REST tests: a write asked for on the sample
+"""Realistic confirmations and contracts for the console and REST tests: a write asked for on the main fixture
 project, approved and carried out by the executor, a target changed behind a contract's back, a contract
 left in reconciliation by a failure at one of the executor's step boundaries, and a tampered record."""
 
@@ -19,19 +19,19 @@ from projects.files import inside_root
 from projects.models import Project
 from tests.conftest import Member
 
-QUESTION = "Add the local variable zz : INT to plc_prg?"
+QUESTION = "Add the local variable zz : INT to LineMain?"
 PREVIEW = {
-    "changed_ids": ["pou/plc_prg/zz"],
+    "changed_ids": ["pou/LineMain/zz"],
     "diff": "--- steps.xml (accepted)\n+++ steps.xml (after this change)\n@@ -1,2 +1,3 @@\n <localVars>\n"
     '+  <variable name="zz"><type><INT/></type></variable>\n-  <!-- gone -->',
-    "new_findings": [{"code": "unused", "element_id": "pou/plc_prg/zz", "message": "zz is never read"}],
+    "new_findings": [{"code": "unused", "element_id": "pou/LineMain/zz", "message": "zz is never read"}],
     "resolved_findings": [],
-    "result": {"project": "steps", "changed_ids": ["pou/plc_prg/zz"]},
+    "result": {"project": "steps", "changed_ids": ["pou/LineMain/zz"]},
 }
 
 
 def add_variable(name: str = "zz") -> list[dict]:
-    return [{"op": "add_variable", "scope": "pou/plc_prg", "section": "localVars", "name": name, "type": "INT"}]
+    return [{"op": "add_variable", "scope": "pou/LineMain", "section": "localVars", "name": name, "type": "INT"}]
 
 
 def ask(
@@ -59,7 +59,7 @@ def ask(
         target={"project": project.slug},
         intent=intent_for(operations),
         base_fingerprint=project.fingerprint,
-        label=f"add variable {name} to plc_prg",
+        label=f"add variable {name} to LineMain",
         requires_typed_id=requires_typed_id,
         key_memorable_id=key_memorable_id,
     )

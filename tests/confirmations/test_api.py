@@ -105,7 +105,7 @@ def test_an_operator_lists_pending_confirmations(cast, operator, project, pendin
                 "memorable_id": pending.memorable_id,
                 "state": "pending",
                 "tool": "project.write.add_variable",
-                "label": "add variable zz to plc_prg",
+                "label": "add variable zz to LineMain",
                 "project": "steps",
                 "principal": "carla",
                 "client_label": "carla-client",
@@ -171,9 +171,9 @@ def test_an_operator_reads_a_confirmation_with_its_question_arguments_and_previe
 
     body = response.json()
     assert response.status_code == 200
-    assert body["question"] == "Add the local variable zz : INT to plc_prg?"
+    assert body["question"] == "Add the local variable zz : INT to LineMain?"
     assert body["arguments"]["operation"]["name"] == "zz"
-    assert body["preview"]["changed_ids"] == ["pou/plc_prg/zz"]
+    assert body["preview"]["changed_ids"] == ["pou/LineMain/zz"]
     assert (body["outcome"], body["contract"], body["key_memorable_id"]) == ({}, None, "")
 
 

@@ -141,10 +141,10 @@ def test_the_page_shows_the_question_preview_arguments_and_the_decision_buttons(
 
     page = response.content.decode()
     assert response.status_code == 200
-    assert "Add the local variable zz : INT to plc_prg?" in page
+    assert "Add the local variable zz : INT to LineMain?" in page
     assert '<span class="added">+  &lt;variable name=&quot;zz&quot;&gt;' in page
     assert '<span class="removed">-  &lt;!-- gone --&gt;</span>' in page
-    assert "<code>pou/plc_prg/zz</code>" in page  # the changed ids
+    assert "<code>pou/LineMain/zz</code>" in page  # the changed ids
     assert "zz is never read" in page  # a finding it adds, as a table row
     assert "&quot;section&quot;: &quot;localVars&quot;" in page  # the arguments, as pretty JSON
     assert 'value="approve"' in page and 'value="deny"' in page

@@ -2,7 +2,7 @@
 the forward path and its record, every refusal and where it leaves the contract and the file, rollback,
 the evidence shown for a reconciliation, tampering with the stored records, and recovery at start-up.
 
-Contracts are prepared and executed against the real sample project file in a temporary projects root;
+Contracts are prepared and executed against the main fixture project file in a temporary projects root;
 failures are provoked at the adapter's own seams (the `step` callbacks of an atomic write), never by
 replacing the executor."""
 
@@ -28,7 +28,7 @@ from projects import plcopen
 from projects.capability import ProjectFileCapability, apply_intent, intent_for
 from projects.models import Project
 from projects.services import do_import_project
-from tests.confirmations.conftest import SAMPLE
+from tests.confirmations.conftest import FIXTURE_FILE
 from tests.confirmations.helpers import (
     ACTOR,
     NEW_VARIABLE,
@@ -46,7 +46,7 @@ from tests.confirmations.helpers import (
     stored,
     temp_files,
 )
-from tests.projects.conftest import sample_bytes
+from tests.projects.conftest import fixture_bytes
 
 S = ContractState
 
@@ -94,7 +94,7 @@ def test_an_executed_add_variable_leaves_a_schema_valid_file_holding_the_variabl
     data = path.read_bytes()
     assert data != old
     assert schema_errors(data) == []
-    assert plcopen.get_element(plcopen.load(data), f"pou/plc_prg/var/{NEW_VARIABLE}")["name"] == NEW_VARIABLE
+    assert plcopen.get_element(plcopen.load(data), f"pou/LineMain/var/{NEW_VARIABLE}")["name"] == NEW_VARIABLE
     row = executor.load(contract.pk)
     assert plcopen.fingerprint(data) == row.expected_post_fingerprint == row.post_fingerprint
     assert row.precondition_fingerprint == plcopen.fingerprint(old)
@@ -144,7 +144,7 @@ def test_each_transition_is_audited_without_any_project_content(project, old):
     assert {row.arguments["contract"] for row in rows} == {str(contract.id)}
     for row in rows:
         assert NEW_VARIABLE not in row.arguments_json
-        assert "<" not in row.arguments_json and "plc_prg" not in row.arguments_json
+        assert "<" not in row.arguments_json and "LineMain" not in row.arguments_json
         assert plcopen.fingerprint(old) not in row.arguments_json
 
 
@@ -791,7 +791,7 @@ def test_a_contract_left_prepared_by_a_dead_process_expires(monkeypatch, project
 
 
 def test_recovery_skips_a_tampered_contract_and_settles_the_others(project):
-    second_project = do_import_project(sample_bytes(SAMPLE), slug="steps-two", acting_user="tests")
+    second_project = do_import_project(fixture_bytes(FIXTURE_FILE), slug="steps-two", acting_user="tests")
     tampered = left_in_flight_by(prepare(project, key="first"), finished_pid())
     intact = left_in_flight_by(prepare(second_project, key="second"), finished_pid())
     Contract.objects.filter(pk=tampered.pk).update(label="edited")
@@ -816,7 +816,7 @@ def test_a_project_bound_under_a_decomposed_unicode_file_name_can_be_changed(roo
     from projects.services import do_bind_project
 
     name = "Ka\u0308se.xml"  # "Käse" as a Mac writes it: a + combining diaeresis
-    (root / name).write_bytes(sample_bytes(SAMPLE))
+    (root / name).write_bytes(fixture_bytes(FIXTURE_FILE))
     bound = do_bind_project(root / name, slug="kaese", acting_user="tests")
     contract = executed(bound)
     assert (executor.load(contract.pk).state, contract.detail) == (S.VERIFIED, "verified")

@@ -66,8 +66,8 @@ def ask(cast, project: Project, *, session: str = "session-1", **overrides: Any)
     fields: dict[str, Any] = {
         "tool": TOOL,
         "arguments": {"project": project.slug, "operations": [add_variable()]},
-        "question": f"Add the variable {NEW_VARIABLE} to plc_prg?",
-        "preview": {"diff": "+ <variable ...>", "result": {"changed_ids": [f"pou/plc_prg/var/{NEW_VARIABLE}"]}},
+        "question": f"Add the variable {NEW_VARIABLE} to LineMain?",
+        "preview": {"diff": "+ <variable ...>", "result": {"changed_ids": [f"pou/LineMain/var/{NEW_VARIABLE}"]}},
         "principal": cast.caretaker.user,
         "session_id": session,
         "client_label": "carla-client",
@@ -160,7 +160,7 @@ def test_an_executed_confirmation_reports_its_contract_and_the_new_accepted_revi
     assert reloaded(confirmation).outcome == {
         "state": C.EXECUTED,
         "result": {
-            "changed_ids": [f"pou/plc_prg/var/{NEW_VARIABLE}"],
+            "changed_ids": [f"pou/LineMain/var/{NEW_VARIABLE}"],
             "accepted_revision": 2,
             "contract": str(contract.id),
             "contract_memorable_id": contract.memorable_id,

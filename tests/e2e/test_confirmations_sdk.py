@@ -13,14 +13,14 @@ from mcp.client import Client
 
 from projects import plcopen
 from tests.live import LiveServer, manage, prepare, run_server, scaleout_configured, scratch_database, streamable_client
-from tests.projects.conftest import SAMPLES_DIR, sample_bytes
+from tests.projects.conftest import MAIN, fixture_path
 
 pytestmark = [pytest.mark.live, pytest.mark.anyio]
 
 BOUND = 30
-SAMPLE = "beremiz-first_steps.xml"
+PROJECT_FILE = fixture_path(MAIN)
 SLUG = "writes-steps"
-ADD = {"project": SLUG, "scope": "pou/plc_prg", "section": "localVars", "type": "INT"}
+ADD = {"project": SLUG, "scope": "pou/LineMain", "section": "localVars", "type": "INT"}
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +29,7 @@ def override_server(tmp_path_factory):
     settings = {"FORGE_OVERRIDE_SECURITIES": "1", "FORGE_CONFIRM_PROGRESS_SECONDS": "0.2"}
     with scratch_database() as database:
         env, token = prepare(data_dir, **database, **settings)
-        sample_bytes(SAMPLE)
-        manage(env, "import_project", str(SAMPLES_DIR / SAMPLE), "--slug", SLUG)
+        manage(env, "import_project", str(PROJECT_FILE), "--slug", SLUG)
         operator_token = manage(env, "create_operator_token", "live").strip().splitlines()[-1]
         with run_server(env, token, data_dir) as server:
             server.operator_token = operator_token  # type: ignore[attr-defined]
@@ -77,7 +76,7 @@ async def test_write_then_operator_approves_over_rest_then_editor_confirm_return
     assert pending["state"] == "pending"
     assert approved.status_code == 200, approved.text
     assert outcome["state"] == "executed", outcome
-    assert outcome["result"]["changed_ids"] == ["pou/plc_prg/var/ViaRest"]
+    assert outcome["result"]["changed_ids"] == ["pou/LineMain/var/ViaRest"]
     after = project_file(server).read_bytes()
     assert after != before and b'name="ViaRest"' in after
     assert plcopen.validate(plcopen.load(after)) == []

@@ -12,19 +12,18 @@ import pytest
 from mcp.client import Client
 
 from tests.live import LiveServer, scaleout_configured, streamable_client
-from tests.projects.conftest import SAMPLES_DIR, sample_bytes
+from tests.projects.conftest import LATIN1, fixture_path
 
 pytestmark = [pytest.mark.live, pytest.mark.anyio]
 
 BOUND = 30
-SAMPLE = "openplc-Traffic_Light_FBD.xml"
-SLUG = "consent-traffic"
+PROJECT_FILE = fixture_path(LATIN1)
+SLUG = "consent-tower"
 
 
 @pytest.fixture(scope="module")
 def project(forge_server: LiveServer) -> str:
-    sample_bytes(SAMPLE)
-    forge_server.manage("import_project", str(SAMPLES_DIR / SAMPLE), "--slug", SLUG)
+    forge_server.manage("import_project", str(PROJECT_FILE), "--slug", SLUG)
     return SLUG
 
 

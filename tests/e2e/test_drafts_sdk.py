@@ -1,6 +1,7 @@
 """The working draft end to end: the official `mcp` SDK client against a live server of its own (this
-module restarts it), a sample registered with `manage.py import_project`, access allowed by an operator
-from a shell, acceptance through the operator REST API, and the file on disk checked afterwards.
+module restarts it), the main fixture project registered with `manage.py import_project`, access allowed
+by an operator from a shell, acceptance through the operator REST API, and the file on disk checked
+afterwards.
 
 The tests share one project and its draft (each reads the revision it starts from and stages what it
 checks): groups built and submitted, two sessions staging at once, a non-owner refused, refusals that
@@ -17,27 +18,26 @@ import pytest
 from mcp.client import Client
 
 from tests.live import LiveServer, manage, prepare, run_server, scratch_database, stop_process, streamable_client
-from tests.projects.conftest import SAMPLES_DIR, sample_bytes
+from tests.projects.conftest import MAIN, fixture_path
 
 pytestmark = [pytest.mark.live, pytest.mark.anyio]
 
 BOUND = 30  # seconds for one whole conversation on loopback
-SAMPLE = "beremiz-first_steps.xml"
+PROJECT_FILE = fixture_path(MAIN)
 SLUG = "sdk-drafts"
 
 
-def add(name: str, scope: str = "pou/plc_prg") -> dict[str, Any]:
+def add(name: str, scope: str = "pou/LineMain") -> dict[str, Any]:
     return {"op": "add_variable", "scope": scope, "section": "localVars", "name": name, "type": "INT"}
 
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory):
-    """A migrated data dir with the sample imported and an operator token; the server is started apart."""
+    """A migrated data dir with the main fixture imported and an operator token; the server is started apart."""
     data_dir = tmp_path_factory.mktemp("drafts")
     with scratch_database() as database:
         env, token = prepare(data_dir, **database)
-        sample_bytes(SAMPLE)  # skips when the samples are missing
-        manage(env, "import_project", str(SAMPLES_DIR / SAMPLE), "--slug", SLUG)
+        manage(env, "import_project", str(PROJECT_FILE), "--slug", SLUG)
         operator_token = manage(env, "create_operator_token", "live").strip().splitlines()[-1]
         yield env, token, data_dir, operator_token
 
@@ -124,7 +124,12 @@ async def test_a_group_built_over_several_stage_calls_is_submitted_with_its_find
                     "group_id": group_id,
                     "operations": [
                         add("Shift2"),
-                        {"op": "set_pou_body", "id": "pou/CounterST", "language": "ST", "text": "Cnt := Shifts;"},
+                        {
+                            "op": "set_pou_body",
+                            "id": "pou/FlowTotal",
+                            "language": "ST",
+                            "text": "LastPulse := Pulse;\nPulses := Shifts;",
+                        },
                     ],
                     **after_check,
                 },
@@ -139,12 +144,12 @@ async def test_a_group_built_over_several_stage_calls_is_submitted_with_its_find
             in_draft = await answer(
                 client,
                 "project.get_element",
-                {"project": SLUG, "element_id": "pou/plc_prg/var/Shift2", "view": "working_draft"},
+                {"project": SLUG, "element_id": "pou/LineMain/var/Shift2", "view": "working_draft"},
             )
 
-    assert first["changed_ids"] == ["pou/plc_prg/var/Shift1"]
+    assert first["changed_ids"] == ["pou/LineMain/var/Shift1"]
     assert checked["working_revision"] == after_check["expected_working_revision"] == first["working_revision"]
-    assert second["changed_ids"] == ["pou/plc_prg/var/Shift2", "pou/CounterST"]
+    assert second["changed_ids"] == ["pou/LineMain/var/Shift2", "pou/FlowTotal"]
     assert blocked["error"] == "FORGE_ERR_FINDINGS_BLOCK_SUBMIT"
     assert [f["code"] for f in blocked["findings"]] == ["undeclared_identifier"]
     assert submitted["state"] == described["state"] == "submitted"
@@ -152,7 +157,7 @@ async def test_a_group_built_over_several_stage_calls_is_submitted_with_its_find
     assert [op["operation"].get("name", op["operation"].get("id")) for op in described["operations"]] == [
         "Shift1",
         "Shift2",
-        "pou/CounterST",
+        "pou/FlowTotal",
     ]
     assert in_draft["view"] == "working_draft"
     assert b'name="Shift1"' not in project_file(server).read_bytes()
@@ -224,7 +229,7 @@ async def test_a_refused_batch_a_stale_revision_and_a_stale_context_store_nothin
             await allowed(server, client)
             group_id = await begin(client, "Refusals")
             current = await expected(client)
-            batch = {"group_id": group_id, "operations": [add("Fine"), add("Cnt1")]}
+            batch = {"group_id": group_id, "operations": [add("Fine"), add("Dosed")]}
             refused = await call(client, "change_group.stage", {**batch, **current})
             stale_revision = await call(
                 client,
@@ -312,11 +317,11 @@ async def test_an_external_edit_of_the_file_turns_an_operation_that_no_longer_ap
             await answer(
                 client,
                 "change_group.stage",
-                {"group_id": group_id, "operations": [add("Limit", scope="pou/CounterIL")], **await expected(client)},
+                {"group_id": group_id, "operations": [add("Limit", scope="pou/CapTorque")], **await expected(client)},
             )
             before = await answer(client, "draft.status", {"project": SLUG})
             path = project_file(server)
-            edited = path.read_bytes().replace(b'<pou name="CounterIL"', b'<pou name="CounterIL2"', 1)
+            edited = path.read_bytes().replace(b'<pou name="CapTorque"', b'<pou name="CapTorque2"', 1)
             assert edited != path.read_bytes()
             path.write_bytes(edited)
             status = await answer(client, "draft.status", {"project": SLUG})
@@ -329,7 +334,7 @@ async def test_an_external_edit_of_the_file_turns_an_operation_that_no_longer_ap
     assert status["working_revision"] == before["working_revision"] + 1
     assert status["conflicts"] == 1
     [conflict] = [f for f in described["findings"] if f["code"] == "conflict"]
-    assert (conflict["severity"], conflict["element_id"]) == ("problem", "pou/CounterIL/var/Limit")
+    assert (conflict["severity"], conflict["element_id"]) == ("problem", "pou/CapTorque/var/Limit")
     assert described["operations"][0]["conflict"]
     assert [e["kind"] for e in events["events"]] == ["replayed"]
 

@@ -1,6 +1,7 @@
-"""The project read tools end to end: a sample registered with `manage.py import_project` in the live
-server's environment, read through the official `mcp` SDK client over Streamable HTTP (a handshake
-session, mode="legacy") and at the stateless revision 2026-07-28, following every cursor and offset."""
+"""The project read tools end to end: the main fixture project registered with `manage.py import_project`
+in the live server's environment, read through the official `mcp` SDK client over Streamable HTTP (a
+handshake session, mode="legacy") and at the stateless revision 2026-07-28, following every cursor and
+offset."""
 
 from __future__ import annotations
 
@@ -13,21 +14,20 @@ from mcp.shared.exceptions import MCPError
 
 from mcp_api.jsonrpc import INVALID_PARAMS
 from tests.live import LiveServer, streamable_client
-from tests.projects.conftest import SAMPLES_DIR, sample_bytes
+from tests.projects.conftest import MAIN, fixture_path
 
 pytestmark = [pytest.mark.live, pytest.mark.anyio]
 
 BOUND = 20  # seconds for one whole client conversation on loopback
-STEPS = "beremiz-first_steps.xml"  # 42,874 characters: two export chunks
-SLUG = "sdk-first-steps"
+PROJECT_FILE = fixture_path(MAIN)  # 44,053 characters: two export chunks
+SLUG = "sdk-dosing-line"
 EXPORT_CHUNK = 32_000
 
 
 @pytest.fixture(scope="module")
 def steps(forge_server: LiveServer) -> str:
-    """The sample, registered once for this module on the session's live server."""
-    sample_bytes(STEPS)  # skips when the samples are missing
-    forge_server.manage("import_project", str(SAMPLES_DIR / STEPS), "--slug", SLUG)
+    """The main fixture project, registered once for this module on the session's live server."""
+    forge_server.manage("import_project", str(PROJECT_FILE), "--slug", SLUG)
     return SLUG
 
 
@@ -75,7 +75,7 @@ async def test_project_list_over_streamable_http_names_the_imported_project(forg
         async with streamable_client(forge_server, mode="legacy") as client:
             listing = await answer(client, "project.list", {})
 
-    assert {"project": steps, "name": "First Steps"} in listing["projects"]
+    assert {"project": steps, "name": "Dosing Line"} in listing["projects"]
 
 
 async def test_overview_over_streamable_http_frames_the_accepted_revision(forge_server, steps):
@@ -94,7 +94,7 @@ async def test_overview_at_2026_07_28_frames_the_accepted_revision(forge_server,
             overview = await answer(client, "project.overview", {"project": steps})
 
     assert (overview["view"], overview["project"], overview["accepted_revision"]) == ("accepted", steps, 1)
-    assert overview["name"] == "First Steps"
+    assert overview["name"] == "Dosing Line"
 
 
 async def test_find_at_2026_07_28_follows_next_cursor_to_every_element_once(forge_server, steps):
@@ -110,19 +110,19 @@ async def test_find_at_2026_07_28_follows_next_cursor_to_every_element_once(forg
                 )
 
     visited = [item["id"] for page in pages for item in page["items"]]
-    assert [len(page["items"]) for page in pages] == [20, 20, 10]
+    assert [len(page["items"]) for page in pages] == [20, 20, 13]
     assert visited == [item["id"] for item in whole["items"]]
-    assert len(set(visited)) == 50
+    assert len(set(visited)) == 53
 
 
 async def test_find_over_streamable_http_follows_next_cursor_to_every_element_once(forge_server, steps):
     with anyio.fail_after(BOUND):
         async with streamable_client(forge_server, mode="legacy") as client:
-            pages = [await answer(client, "project.find", {"project": steps, "text": "cnt", "limit": 3})]
+            pages = [await answer(client, "project.find", {"project": steps, "text": "clear", "limit": 3})]
             while pages[-1]["next_cursor"] is not None:
-                arguments = {"project": steps, "text": "cnt", "limit": 3, "cursor": pages[-1]["next_cursor"]}
+                arguments = {"project": steps, "text": "clear", "limit": 3, "cursor": pages[-1]["next_cursor"]}
                 pages.append(await answer(client, "project.find", arguments))
-            whole = await answer(client, "project.find", {"project": steps, "text": "cnt", "limit": 200})
+            whole = await answer(client, "project.find", {"project": steps, "text": "clear", "limit": 200})
 
     visited = [item["id"] for page in pages for item in page["items"]]
     assert len(pages) > 2
@@ -131,7 +131,7 @@ async def test_find_over_streamable_http_follows_next_cursor_to_every_element_on
 
 
 async def test_get_element_over_streamable_http_continues_the_body_with_next_cursor(forge_server, steps):
-    arguments = {"project": steps, "element_id": "pou/CounterST", "body_limit": 30}
+    arguments = {"project": steps, "element_id": "pou/FlowTotal", "body_limit": 30}
     with anyio.fail_after(BOUND):
         async with streamable_client(forge_server, mode="legacy") as client:
             bodies = [(await answer(client, "project.get_element", arguments))["body"]]
@@ -140,13 +140,13 @@ async def test_get_element_over_streamable_http_continues_the_body_with_next_cur
                 bodies.append(reply["body"])
 
     text = "".join(body["text"] for body in bodies)
-    assert [body["offset"] for body in bodies] == [0, 30, 60]
-    assert len(text) == bodies[0]["total_chars"] == 85
-    assert text.startswith("IF Reset THEN") and text.endswith("Out := Cnt;")
+    assert [body["offset"] for body in bodies] == list(range(0, 230, 30))
+    assert len(text) == bodies[0]["total_chars"] == 230
+    assert text.startswith("(* The flow meter gives") and text.endswith("Litres := Pulses / PulsesPerLitre;")
 
 
 async def test_list_variables_over_streamable_http_pages_a_scope_with_next_cursor(forge_server, steps):
-    arguments = {"project": steps, "scope": "pou/plc_prg", "limit": 5}
+    arguments = {"project": steps, "scope": "pou/LineMain", "limit": 5}
     with anyio.fail_after(BOUND):
         async with streamable_client(forge_server, mode="legacy") as client:
             pages = [await answer(client, "project.list_variables", arguments)]
@@ -156,12 +156,12 @@ async def test_list_variables_over_streamable_http_pages_a_scope_with_next_curso
                 )
 
     visited = [item["id"] for page in pages for item in page["items"]]
-    assert [len(page["items"]) for page in pages] == [5, 5, 2]
-    assert len(set(visited)) == 12
-    assert all(item_id.startswith("pou/plc_prg/var/") for item_id in visited)
+    assert [len(page["items"]) for page in pages] == [5, 5, 3]
+    assert len(set(visited)) == 13
+    assert all(item_id.startswith("pou/LineMain/var/") for item_id in visited)
 
 
-async def test_check_over_streamable_http_reports_a_clean_sample(forge_server, steps):
+async def test_check_over_streamable_http_reports_a_clean_fixture(forge_server, steps):
     with anyio.fail_after(BOUND):
         async with streamable_client(forge_server, mode="legacy") as client:
             check = await answer(client, "project.check", {"project": steps, "limit": 200})
@@ -181,15 +181,17 @@ async def test_export_over_streamable_http_follows_next_offset_to_the_exact_file
                 )
 
     assert [chunk["offset"] for chunk in chunks] == [0, EXPORT_CHUNK]
-    assert "".join(chunk["xml"] for chunk in chunks).encode("utf-8") == sample_bytes(STEPS)
+    assert "".join(chunk["xml"] for chunk in chunks).encode("utf-8") == PROJECT_FILE.read_bytes()
 
 
 async def test_suggest_placement_over_streamable_http_ranks_the_matching_pou_first(forge_server, steps):
     with anyio.fail_after(BOUND):
         async with streamable_client(forge_server, mode="legacy") as client:
-            placement = await answer(client, "project.suggest_placement", {"project": steps, "topic": "average value"})
+            placement = await answer(
+                client, "project.suggest_placement", {"project": steps, "topic": "dosed volume in percent"}
+            )
 
-    assert placement["suggestions"][0]["id"] == "pou/AverageVal"
+    assert placement["suggestions"][0]["id"] == "pou/FillPercent"
 
 
 async def test_a_limit_over_200_over_streamable_http_is_invalid_params(forge_server, steps):

@@ -1,5 +1,5 @@
 """Working drafts for the console and REST tests of their review: change groups begun and staged through
-`projects.drafts` directly, as the change_group tools do for a client's session, on the sample project.
+`projects.drafts` directly, as the change_group tools do for a client's session, on the main fixture project.
 
 Carla is the AI client's owner (her token labelled carla-client); Oscar's client works in a second session."""
 
@@ -19,19 +19,18 @@ from projects.files import inside_root
 from projects.models import ChangeGroup, Project
 from projects.services import do_import_project
 from tests.conftest import Member
-from tests.projects.conftest import sample_bytes
+from tests.projects.conftest import MAIN, fixture_bytes
 
-SAMPLE = "beremiz-first_steps.xml"
 SESSION = "session-of-carla"
 OTHER_SESSION = "session-of-oscar"
 RATIONALE = "The line needs a counter of finished shifts for the night report."
 
 
-def import_sample(slug: str = "steps") -> Project:
-    return do_import_project(sample_bytes(SAMPLE), slug=slug, acting_user="tests")
+def import_fixture(slug: str = "steps") -> Project:
+    return do_import_project(fixture_bytes(MAIN), slug=slug, acting_user="tests")
 
 
-def add(name: str, scope: str = "pou/plc_prg") -> dict:
+def add(name: str, scope: str = "pou/LineMain") -> dict:
     return {"op": "add_variable", "scope": scope, "section": "localVars", "name": name, "type": "INT"}
 
 
@@ -64,7 +63,7 @@ def stage(project: Project, group: ChangeGroup, ops: list[dict], *, session: str
 
 
 def drafted(project: Project, member: Member, *names: str, session: str = SESSION, **group) -> ChangeGroup:
-    """A group of `member`'s client that adds local variables `names` to plc_prg, submitted."""
+    """A group of `member`'s client that adds local variables `names` to LineMain, submitted."""
     began = begin(project, member, session=session, **group)
     stage(project, began, [add(name) for name in names], session=session)
     drafts.do_submit(

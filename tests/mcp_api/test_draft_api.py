@@ -31,7 +31,7 @@ from tests.mcp_api.draft_helpers import (
     drafted,
     edit_by_hand,
     file_held_by_a_reconciliation,
-    import_sample,
+    import_fixture,
     project_file,
     revision_of,
     stage,
@@ -51,7 +51,7 @@ def _projects_root(root: Path) -> Path:
 
 @pytest.fixture
 def project(db) -> Project:
-    return import_sample()
+    return import_fixture()
 
 
 def logged_in(member: Member) -> APIClient:
@@ -100,7 +100,7 @@ def refusals(kind: str) -> list[tuple[str, str]]:
 
 def test_an_operator_lists_the_drafts_waiting_for_review(cast, operator, project):
     drafted(project, cast.caretaker, "ShiftCount", "ShiftTotal")
-    import_sample("untouched")
+    import_fixture("untouched")
 
     response = operator.get(DRAFTS)
 
@@ -108,7 +108,7 @@ def test_an_operator_lists_the_drafts_waiting_for_review(cast, operator, project
     (row,) = response.json()["drafts"]
     assert row | {"updated_at": None} == {
         "project": "steps",
-        "name": "First Steps",
+        "name": "Dosing Line",
         "accepted_revision": 1,
         "working_revision": revision_of(project),
         "groups": 1,
@@ -123,7 +123,7 @@ def test_an_operator_lists_the_drafts_waiting_for_review(cast, operator, project
 
 def test_draft_pages_follow_next_to_the_end(cast, olivia):
     for slug in ("a-line", "b-line", "c-line"):
-        drafted(import_sample(slug), cast.caretaker, "ShiftCount")
+        drafted(import_fixture(slug), cast.caretaker, "ShiftCount")
 
     seen, url = [], f"{DRAFTS}?limit=2"
     while url:
@@ -147,7 +147,7 @@ def test_a_draft_reads_as_a_reviewer_sees_it(cast, operator, project):
     assert (body["changed"], body["conflicts"], body["operations"]) == (True, 0, 1)
     assert '+            <variable name="ShiftCount">' in body["diff"].splitlines()
     assert body["describe"] == {
-        "added": ["pou/plc_prg/var/ShiftCount"],
+        "added": ["pou/LineMain/var/ShiftCount"],
         "removed": [],
         "changed": [],
         "truncated": False,
@@ -171,7 +171,7 @@ def test_a_draft_reads_as_a_reviewer_sees_it(cast, operator, project):
 def test_a_draft_shows_a_conflict_first_among_its_groups_findings(cast, olivia, project):
     drafted(project, cast.caretaker, "ShiftCount")
     path = project_file(project)
-    path.write_bytes(path.read_bytes().replace(b'<pou name="plc_prg"', b'<pou name="plc_main"'))
+    path.write_bytes(path.read_bytes().replace(b'<pou name="LineMain"', b'<pou name="LineControl"'))
 
     body = olivia.get(f"{DRAFTS}/steps").json()
 
@@ -317,7 +317,7 @@ def test_a_batch_staged_while_the_acceptance_runs_stays_in_the_draft(cast, olivi
     left = drafts.describe_group(project, group.pk)
     assert [op["operation"]["name"] for op in left["operations"]] == ["Late"]
     assert [finding for finding in left["findings"] if finding["code"] == "conflict"] == []
-    assert drafts.describe(project)["added"] == ["pou/plc_prg/var/Late"]
+    assert drafts.describe(project)["added"] == ["pou/LineMain/var/Late"]
 
 
 def test_accepting_while_another_contract_holds_the_file_is_refused_and_works_once_it_is_resolved(

@@ -34,7 +34,7 @@ from tests.mcp_api.draft_helpers import (
     draft_bytes,
     drafted,
     edit_by_hand,
-    import_sample,
+    import_fixture,
     project_file,
     revision_of,
     stage,
@@ -54,7 +54,7 @@ def _projects_root(root: Path) -> Path:
 
 @pytest.fixture
 def project(db) -> Project:
-    return import_sample()
+    return import_fixture()
 
 
 @pytest.fixture
@@ -87,7 +87,7 @@ def text_of(response) -> str:
 def test_the_list_shows_a_draft_with_its_groups_operations_conflicts_and_working_revision(operator, cast, project):
     drafted(project, cast.caretaker, "ShiftCount", "ShiftTotal")
     drafted(project, cast.other_operator, "Spare", session=OTHER_SESSION, title="Spare")
-    import_sample("untouched")
+    import_fixture("untouched")
 
     response = operator.get(DRAFTS)
     row = response.content.decode().split('id="draft-steps"')[1].split("</tr>")[0]
@@ -107,7 +107,7 @@ def test_a_draft_whose_groups_staged_nothing_is_not_waiting_for_review(operator,
 def test_a_draft_whose_every_operation_conflicts_is_listed_as_changing_nothing(operator, cast, project):
     drafted(project, cast.caretaker, "ShiftCount")
     path = project_file(project)
-    path.write_bytes(path.read_bytes().replace(b'<pou name="plc_prg"', b'<pou name="plc_main"'))
+    path.write_bytes(path.read_bytes().replace(b'<pou name="LineMain"', b'<pou name="LineControl"'))
 
     row = operator.get(DRAFTS).content.decode().split('id="draft-steps"')[1].split("</tr>")[0]
 
@@ -160,7 +160,7 @@ def test_the_review_shows_the_diff_what_changes_and_each_group_with_its_rational
 
     assert '<span class="added">+            &lt;variable name=&quot;ShiftCount&quot;&gt;</span>' in page
     assert "--- steps.xml (accepted)" in page and "+++ steps.xml (after this change)" in page
-    assert '<ul id="added"><li><code>pou/plc_prg/var/ShiftCount</code></li></ul>' in page
+    assert '<ul id="added"><li><code>pou/LineMain/var/ShiftCount</code></li></ul>' in page
     section = page.split(f'id="group-{group.pk}"')[1]
     assert '<h3>Shift counter <span class="state-badge">submitted</span></h3>' in section
     assert "by <strong>carla</strong> through <strong>carla-client</strong>, 1 operation," in section
@@ -179,26 +179,26 @@ def test_the_review_lists_a_groups_findings_and_the_ones_its_author_acknowledged
     section = operator.get(review_page(project)).content.decode().split(f'id="group-{group.pk}"')[1]
 
     findings, acknowledged = section.split('<table class="findings">')[1].split('<table class="findings acknowledged">')
-    assert '<tr class=" problem"><td>unknown_type</td><td>problem</td><td><code>pou/plc_prg/var/Odd</code>' in findings
+    assert '<tr class=" problem"><td>unknown_type</td><td>problem</td><td><code>pou/LineMain/var/Odd</code>' in findings
     assert "Submitted with 1 acknowledged problem:" in findings
-    assert "<td>unknown_type</td><td><code>pou/plc_prg/var/Odd</code></td>" in acknowledged
+    assert "<td>unknown_type</td><td><code>pou/LineMain/var/Odd</code></td>" in acknowledged
 
 
 def test_the_review_names_the_fields_a_change_of_an_element_changes(operator, cast, project):
     group = begin(project, cast.caretaker)
-    stage(project, group, [{"op": "update_variable", "id": "pou/plc_prg/var/AVCnt", "type": "LREAL"}])
+    stage(project, group, [{"op": "update_variable", "id": "pou/LineMain/var/Progress", "type": "LREAL"}])
 
     page = operator.get(review_page(project)).content.decode()
 
     changed = page.split('<ul id="changed">')[1].split("</ul>")[0]
-    assert '<li><code>pou/plc_prg/var/AVCnt</code> <code class="fields">type: REAL → LREAL</code></li>' in changed
+    assert '<li><code>pou/LineMain/var/Progress</code> <code class="fields">type: REAL → LREAL</code></li>' in changed
     assert "Added (0)" in page and "Removed (0)" in page
 
 
 def test_the_review_puts_a_conflict_first_among_a_groups_findings(operator, cast, project):
     group = drafted(project, cast.caretaker, "ShiftCount")
     path = project_file(project)
-    path.write_bytes(path.read_bytes().replace(b'<pou name="plc_prg"', b'<pou name="plc_main"'))
+    path.write_bytes(path.read_bytes().replace(b'<pou name="LineMain"', b'<pou name="LineControl"'))
 
     page = operator.get(review_page(project)).content.decode()
 

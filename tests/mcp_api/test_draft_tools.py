@@ -30,16 +30,21 @@ from tests.mcp_api.helpers import (
     stateless_headers,
     stateless_rpc,
 )
-from tests.projects.conftest import sample_bytes
+from tests.projects.conftest import MAIN, fixture_bytes
 
 pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("mcp_on")]
 
 SLUG = "steps"
-UNDECLARED_BODY = {"op": "set_pou_body", "id": "pou/CounterST", "language": "ST", "text": "Cnt := Nowhere;"}
+UNDECLARED_BODY = {
+    "op": "set_pou_body",
+    "id": "pou/FlowTotal",
+    "language": "ST",
+    "text": "LastPulse := Pulse;\nPulses := Nowhere;",
+}
 NEW_FB = {"op": "add_pou", "name": "Conveyor", "pou_type": "functionBlock", "body": ""}
 
 
-def add(name: str, scope: str = "pou/plc_prg") -> dict[str, Any]:
+def add(name: str, scope: str = "pou/LineMain") -> dict[str, Any]:
     return {"op": "add_variable", "scope": scope, "section": "localVars", "name": name, "type": "INT"}
 
 
@@ -53,7 +58,7 @@ def _projects_root(root: Path) -> Path:
 
 @pytest.fixture
 def steps(transactional_db) -> Project:
-    return do_import_project(sample_bytes("beremiz-first_steps.xml"), slug=SLUG, acting_user="tests")
+    return do_import_project(fixture_bytes(MAIN), slug=SLUG, acting_user="tests")
 
 
 def _second_handle(raw_token: str, slug: str) -> str:
@@ -208,16 +213,16 @@ async def test_draft_describe_names_what_the_draft_adds_changes_and_removes(clie
         group_id,
         [
             add("Extra1"),
-            {"op": "update_variable", "id": "pou/plc_prg/var/Cnt1", "type": "DINT"},
-            {"op": "remove_variable", "id": "pou/plc_prg/var/AVCnt"},
+            {"op": "update_variable", "id": "pou/LineMain/var/Dosed", "type": "DINT"},
+            {"op": "remove_variable", "id": "pou/LineMain/var/Progress"},
         ],
     )
 
     described = await client.answer("draft.describe")
 
-    assert described["added"] == ["pou/plc_prg/var/Extra1"]
-    assert described["removed"] == ["pou/plc_prg/var/AVCnt"]
-    assert {"element_id": "pou/plc_prg/var/Cnt1", "fields": {"type": {"accepted": "INT", "draft": "DINT"}}} in (
+    assert described["added"] == ["pou/LineMain/var/Extra1"]
+    assert described["removed"] == ["pou/LineMain/var/Progress"]
+    assert {"element_id": "pou/LineMain/var/Dosed", "fields": {"type": {"accepted": "INT", "draft": "DINT"}}} in (
         described["changed"]
     )
     assert (described["project"], described["working_revision"], described["truncated"]) == (SLUG, 2, False)
@@ -269,9 +274,9 @@ async def test_a_group_built_over_several_stage_calls_holds_every_batch_in_order
     second = await client.stage(group_id, [add("Extra2"), add("Extra3")])
     described = await client.answer("change_group.describe", {"group_id": group_id})
 
-    assert (first["changed_ids"], first["working_revision"]) == (["pou/plc_prg/var/Extra1"], 2)
+    assert (first["changed_ids"], first["working_revision"]) == (["pou/LineMain/var/Extra1"], 2)
     assert (second["changed_ids"], second["working_revision"]) == (
-        ["pou/plc_prg/var/Extra2", "pou/plc_prg/var/Extra3"],
+        ["pou/LineMain/var/Extra2", "pou/LineMain/var/Extra3"],
         3,
     )
     assert [op["operation"]["name"] for op in described["operations"]] == ["Extra1", "Extra2", "Extra3"]
@@ -285,7 +290,7 @@ async def test_stage_answers_the_findings_its_batch_leaves(client):
     staged = await client.stage(group_id, [UNDECLARED_BODY])
 
     assert [(f["code"], f["element_id"]) for f in staged["findings"] if f["severity"] == "problem"] == [
-        ("undeclared_identifier", "pou/CounterST")
+        ("undeclared_identifier", "pou/FlowTotal")
     ]
 
 
@@ -314,7 +319,7 @@ async def test_submit_is_refused_while_problem_findings_stand_and_names_each_one
 
     assert content["error"] == "FORGE_ERR_FINDINGS_BLOCK_SUBMIT"
     assert [(f["code"], f["element_id"], f["severity"]) for f in content["findings"]] == [
-        ("undeclared_identifier", "pou/CounterST", "problem")
+        ("undeclared_identifier", "pou/FlowTotal", "problem")
     ]
     assert "acknowledge_findings" in content["message"]
     assert await stored() == before
@@ -342,7 +347,7 @@ async def test_close_keeps_the_groups_operations_in_the_draft(client):
     closed = await client.answer("change_group.close", {"group_id": group_id, **await client.expected()})
 
     assert (closed["state"], closed["working_revision"]) == ("closed", 3)
-    assert (await client.answer("draft.describe"))["added"] == ["pou/plc_prg/var/Extra1"]
+    assert (await client.answer("draft.describe"))["added"] == ["pou/LineMain/var/Extra1"]
     assert (await group_row(group_id)).state == GroupState.CLOSED
 
 
@@ -368,11 +373,11 @@ async def test_check_answers_what_a_batch_would_change_and_leaves_no_trace(clien
 
     checked = await client.answer("change_group.check", {"operations": [add("Extra2"), UNDECLARED_BODY]})
 
-    assert checked["changed_ids"] == ["pou/plc_prg/var/Extra2", "pou/CounterST"]
+    assert checked["changed_ids"] == ["pou/LineMain/var/Extra2", "pou/FlowTotal"]
     assert checked["working_revision"] == before[0]
     assert "undeclared_identifier" in {f["code"] for f in checked["findings"]}
     assert await stored() == before
-    assert (await client.answer("draft.describe"))["added"] == ["pou/plc_prg/var/Extra1"]
+    assert (await client.answer("draft.describe"))["added"] == ["pou/LineMain/var/Extra1"]
 
 
 async def test_check_before_any_group_creates_no_group_and_moves_no_revision(client):
@@ -382,7 +387,7 @@ async def test_check_before_any_group_creates_no_group_and_moves_no_revision(cli
 
 
 async def test_check_of_a_batch_that_does_not_apply_names_the_refused_index(client):
-    content = await client.refusal("change_group.check", {"operations": [add("Extra1"), add("Cnt1")]})
+    content = await client.refusal("change_group.check", {"operations": [add("Extra1"), add("Dosed")]})
 
     assert (content["error"], content["index"]) == ("FORGE_ERR_INVALID_OPERATION", 1)
     assert "Nothing was stored" in content["message"]
@@ -405,7 +410,7 @@ async def test_a_batch_with_a_refused_operation_stores_nothing_and_names_its_ind
     assert (content["error"], content["index"]) == ("FORGE_ERR_INVALID_OPERATION", 2)
     assert "operation 2" in content["message"]
     assert await stored() == before
-    assert (await client.answer("draft.describe"))["added"] == ["pou/plc_prg/var/Extra1"]
+    assert (await client.answer("draft.describe"))["added"] == ["pou/LineMain/var/Extra1"]
 
 
 async def test_a_batch_with_an_operation_outside_the_vocabulary_is_invalid_params_naming_its_index(client):
@@ -416,7 +421,7 @@ async def test_a_batch_with_an_operation_outside_the_vocabulary_is_invalid_param
         "change_group.stage",
         {
             "group_id": group_id,
-            "operations": [add("Extra1"), {"op": "force_variable", "id": "pou/plc_prg/var/Cnt1"}],
+            "operations": [add("Extra1"), {"op": "force_variable", "id": "pou/LineMain/var/Dosed"}],
             **await client.expected(),
         },
     )
@@ -450,7 +455,7 @@ async def test_unstage_withdraws_the_last_operations_and_status_shows_the_new_re
 
     assert withdrawn == {"group_id": group_id, "withdrawn": 1, "working_revision": 4}
     assert (await client.answer("draft.status"))["working_revision"] == 4
-    assert (await client.answer("draft.describe"))["added"] == ["pou/plc_prg/var/Keep"]
+    assert (await client.answer("draft.describe"))["added"] == ["pou/LineMain/var/Keep"]
     assert await stored() == (4, 1, 1, 4)
 
 
@@ -474,17 +479,17 @@ async def test_unstage_is_refused_when_another_groups_later_operations_depend_on
 async def test_reads_in_the_working_draft_view_show_staged_elements_and_the_accepted_view_does_not(client):
     group_id = await client.begin()
     await client.stage(group_id, [add("Extra1")])
-    element = {"element_id": "pou/plc_prg/var/Extra1"}
+    element = {"element_id": "pou/LineMain/var/Extra1"}
 
     in_draft = await client.answer("project.get_element", {**element, "view": "working_draft"})
     in_accepted = await client.refusal("project.get_element", element)
-    draft_variables = await client.answer("project.list_variables", {"scope": "pou/plc_prg", "view": "working_draft"})
-    accepted_variables = await client.answer("project.list_variables", {"scope": "pou/plc_prg"})
+    draft_variables = await client.answer("project.list_variables", {"scope": "pou/LineMain", "view": "working_draft"})
+    accepted_variables = await client.answer("project.list_variables", {"scope": "pou/LineMain"})
 
     assert (in_draft["view"], in_draft["working_revision"], in_draft["type"]) == ("working_draft", 2, "INT")
     assert in_accepted["error"] == "FORGE_ERR_NOT_FOUND"
-    assert "pou/plc_prg/var/Extra1" in [item["id"] for item in draft_variables["items"]]
-    assert "pou/plc_prg/var/Extra1" not in [item["id"] for item in accepted_variables["items"]]
+    assert "pou/LineMain/var/Extra1" in [item["id"] for item in draft_variables["items"]]
+    assert "pou/LineMain/var/Extra1" not in [item["id"] for item in accepted_variables["items"]]
     assert (accepted_variables["view"], "working_revision" in accepted_variables) == ("accepted", False)
 
 
@@ -574,7 +579,7 @@ async def test_the_current_context_generation_after_a_stale_one_is_accepted(clie
 
     staged = await client.stage(group_id, [add("Extra2")])
 
-    assert staged["changed_ids"] == ["pou/plc_prg/var/Extra2"]
+    assert staged["changed_ids"] == ["pou/LineMain/var/Extra2"]
 
 
 @pytest.mark.parametrize("tool", [t for t in MODIFYING if t != "change_group.begin"])
@@ -603,7 +608,7 @@ async def test_of_two_sessions_staging_from_the_same_revision_the_second_is_told
 
     assert won["working_revision"] == seen["expected_working_revision"] + 1
     assert (lost["error"], lost["current_working_revision"]) == ("FORGE_ERR_STALE_REVISION", won["working_revision"])
-    assert (await client.answer("draft.describe"))["added"] == ["pou/plc_prg/var/Mine"]
+    assert (await client.answer("draft.describe"))["added"] == ["pou/LineMain/var/Mine"]
 
 
 async def test_a_modifying_call_without_the_expected_values_is_invalid_params(client):

@@ -16,33 +16,33 @@ from projects import plcopen
 from projects.models import Project
 from projects.services import do_import_project
 from tests.mcp_api.helpers import Response, allow_project, send, stateless_headers, stateless_rpc
-from tests.projects.conftest import sample_bytes
+from tests.projects.conftest import CRLF, MAIN, SMALL, fixture_bytes
 
 pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("mcp_on")]
 
-STEPS = "beremiz-first_steps.xml"
-CRLF_SAMPLE = "beremiz-python.xml"  # 69 KB with CRLF line endings: three export chunks
+STEPS = MAIN
+CRLF_FIXTURE = CRLF  # 79 KB with CRLF line endings: three export chunks
 NS = plcopen.NS
 
 READ_TOOLS: dict[str, dict[str, Any]] = {
     "project.overview": {},
-    "project.find": {"text": "counter"},
-    "project.get_element": {"element_id": "pou/CounterST"},
-    "project.list_variables": {"scope": "pou/plc_prg"},
+    "project.find": {"text": "pulse"},
+    "project.get_element": {"element_id": "pou/FlowTotal"},
+    "project.list_variables": {"scope": "pou/LineMain"},
     "project.check": {},
     "project.export": {},
-    "project.suggest_placement": {"topic": "average value"},
+    "project.suggest_placement": {"topic": "dosed volume in percent"},
 }
 PAGED_TOOLS = {
     "project.find": {},
     "project.list_variables": {},
     "project.check": {},
-    "project.suggest_placement": {"topic": "counter"},
+    "project.suggest_placement": {"topic": "pulse"},
 }
 CURSOR_TOOLS = {
     "project.find": {},
     "project.list_variables": {},
-    "project.get_element": {"element_id": "pou/CounterST"},
+    "project.get_element": {"element_id": "pou/FlowTotal"},
 }
 
 
@@ -101,7 +101,7 @@ def register(data: bytes, slug: str) -> Project:
 
 @pytest.fixture
 def steps(transactional_db) -> Project:
-    return register(sample_bytes(STEPS), "steps")
+    return register(fixture_bytes(STEPS), "steps")
 
 
 async def call(token: str, tool: str, arguments: dict[str, Any]) -> Response:
@@ -144,11 +144,13 @@ def tool_calls(tool: str) -> list[AuditEvent]:
 
 
 async def test_project_list_names_every_registered_project_by_slug_and_name(cast, steps):
-    await database_sync_to_async(register)(sample_bytes("beremiz-mqtt_ssl.xml"), "mqtt")
+    await database_sync_to_async(register)(fixture_bytes(SMALL), "press")
 
     listing = await answer(cast.operator.raw_token, "project.list", {})
 
-    assert listing == {"projects": [{"project": "mqtt", "name": "mqtt"}, {"project": "steps", "name": "First Steps"}]}
+    assert listing == {
+        "projects": [{"project": "press", "name": "Press IO"}, {"project": "steps", "name": "Dosing Line"}]
+    }
 
 
 @pytest.mark.parametrize("tool", READ_TOOLS)
@@ -161,35 +163,35 @@ async def test_every_read_tool_frames_its_answer_with_view_project_and_accepted_
 async def test_overview_counts_what_the_project_holds(cast, steps):
     content = await answer(cast.operator.raw_token, "project.overview", {"project": "steps"})
 
-    assert content["name"] == "First Steps"
+    assert content["name"] == "Dosing Line"
     assert content["counts"]["pous"] == 7
     assert content["counts"]["pous_by_type"] == {"function": 1, "functionBlock": 5, "program": 1}
     assert content["counts"]["configurations"] == 1
-    assert content["counts"]["variables"] == 39
+    assert content["counts"]["variables"] == 42
 
 
 async def test_find_answers_element_summaries_and_no_cursor_on_the_last_page(cast, steps):
     content = await answer(cast.operator.raw_token, "project.find", {"project": "steps", "kind": "pou"})
 
     assert [item["id"] for item in content["items"]] == [
-        "pou/AverageVal",
-        "pou/plc_prg",
-        "pou/CounterST",
-        "pou/CounterFBD",
-        "pou/CounterSFC",
-        "pou/CounterIL",
-        "pou/CounterLD",
+        "pou/FillPercent",
+        "pou/LineMain",
+        "pou/FlowTotal",
+        "pou/LabelGate",
+        "pou/RinseCycle",
+        "pou/CapTorque",
+        "pou/ReliefValve",
     ]
-    assert content["items"][0] == {"id": "pou/AverageVal", "kind": "pou", "name": "AverageVal", "type": "function"}
+    assert content["items"][0] == {"id": "pou/FillPercent", "kind": "pou", "name": "FillPercent", "type": "function"}
     assert content["next_cursor"] is None
 
 
 async def test_get_element_of_a_pou_answers_its_interface_and_st_body(cast, steps):
     content = await answer(
-        cast.operator.raw_token, "project.get_element", {"project": "steps", "element_id": "pou/CounterST"}
+        cast.operator.raw_token, "project.get_element", {"project": "steps", "element_id": "pou/FlowTotal"}
     )
 
-    assert (content["id"], content["kind"], content["pou_type"]) == ("pou/CounterST", "pou", "functionBlock")
+    assert (content["id"], content["kind"], content["pou_type"]) == ("pou/FlowTotal", "pou", "functionBlock")
     assert [section["section"] for section in content["interface"]["sections"]] == [
         "inputVars",
         "localVars",
@@ -197,35 +199,36 @@ async def test_get_element_of_a_pou_answers_its_interface_and_st_body(cast, step
         "externalVars",
     ]
     body = content["body"]
-    assert (body["language"], body["offset"], body["total_chars"], body["truncated"]) == ("ST", 0, 85, False)
-    assert body["text"].startswith("IF Reset THEN\n  Cnt := ResetCounterValue;")
+    assert (body["language"], body["offset"], body["total_chars"], body["truncated"]) == ("ST", 0, 230, False)
+    assert body["text"].startswith("(* The flow meter gives PulsesPerLitre pulses per litre; count rising edges. *)\n")
+    assert body["text"].endswith("LastPulse := Pulse;\nLitres := Pulses / PulsesPerLitre;")
     assert body["next_cursor"] is None
 
 
 async def test_list_variables_of_a_scope_answers_only_that_scopes_variables(cast, steps):
     content = await answer(
-        cast.operator.raw_token, "project.list_variables", {"project": "steps", "scope": "pou/plc_prg"}
+        cast.operator.raw_token, "project.list_variables", {"project": "steps", "scope": "pou/LineMain"}
     )
 
-    assert len(content["items"]) == 12
-    assert {item["scope"] for item in content["items"]} == {"pou/plc_prg"}
+    assert len(content["items"]) == 13
+    assert {item["scope"] for item in content["items"]} == {"pou/LineMain"}
     assert content["items"][0] == {
-        "id": "pou/plc_prg/var/Reset",
+        "id": "pou/LineMain/var/Halt",
         "kind": "variable",
-        "name": "Reset",
-        "scope": "pou/plc_prg",
+        "name": "Halt",
+        "scope": "pou/LineMain",
         "section": "inputVars",
         "type": "BOOL",
         "initial_value": None,
         "address": None,
-        "documentation": None,
+        "documentation": "Stops every station and clears its tally.",
         "retain": False,
         "constant": False,
     }
     assert content["next_cursor"] is None
 
 
-async def test_check_of_a_clean_sample_answers_no_findings_and_no_next_offset(cast, steps):
+async def test_check_of_a_clean_fixture_answers_no_findings_and_no_next_offset(cast, steps):
     content = await answer(cast.operator.raw_token, "project.check", {"project": "steps"})
 
     assert content["counts"] == {"problem": 0, "advisory": 0}
@@ -272,7 +275,7 @@ async def test_a_body_limit_over_32000_is_invalid_params(cast, steps):
     response = await call(
         cast.operator.raw_token,
         "project.get_element",
-        {"project": "steps", "element_id": "pou/CounterST", "body_limit": 32001},
+        {"project": "steps", "element_id": "pou/FlowTotal", "body_limit": 32001},
     )
 
     assert response.error_code == INVALID_PARAMS
@@ -290,7 +293,7 @@ async def test_a_find_cursor_reused_for_a_different_query_is_invalid_params(cast
     token = cast.operator.raw_token
     first = await answer(token, "project.find", {"project": "steps", "limit": 2})
 
-    response = await call(token, "project.find", {"project": "steps", "text": "cnt", "cursor": first["next_cursor"]})
+    response = await call(token, "project.find", {"project": "steps", "text": "pulse", "cursor": first["next_cursor"]})
 
     assert response.error_code == INVALID_PARAMS
     assert "different query" in response.json()["error"]["message"]
@@ -326,8 +329,8 @@ async def test_find_pages_with_next_cursor_visit_every_element_exactly_once(cast
     visited = [item["id"] for page in pages for item in page["items"]]
     assert whole["next_cursor"] is None
     assert visited == [item["id"] for item in whole["items"]]
-    assert len(visited) == len(set(visited)) == 50
-    assert [len(page["items"]) for page in pages] == [7] * 7 + [1]
+    assert len(visited) == len(set(visited)) == 53
+    assert [len(page["items"]) for page in pages] == [7] * 7 + [4]
 
 
 async def test_list_variables_pages_with_next_cursor_visit_every_variable_exactly_once(cast, steps):
@@ -336,7 +339,7 @@ async def test_list_variables_pages_with_next_cursor_visit_every_variable_exactl
     pages = await follow(token, "project.list_variables", {"project": "steps", "limit": 10})
 
     visited = [item["id"] for page in pages for item in page["items"]]
-    assert len(visited) == len(set(visited)) == 39
+    assert len(visited) == len(set(visited)) == 42
 
 
 @pytest.fixture
@@ -375,30 +378,41 @@ async def test_a_body_cursor_of_one_element_is_invalid_params_for_another(cast, 
 
 
 @pytest.fixture
-def crlf_sample(transactional_db) -> Project:
-    return register(sample_bytes(CRLF_SAMPLE), "python")
+def crlf_fixture(transactional_db) -> Project:
+    return register(fixture_bytes(CRLF_FIXTURE), "batch")
 
 
-async def test_export_chunks_followed_by_next_offset_concatenate_to_the_exact_file(cast, crlf_sample):
+async def test_export_chunks_followed_by_next_offset_concatenate_to_the_exact_file(cast, crlf_fixture):
     token = cast.operator.raw_token
-    chunks = [await answer(token, "project.export", {"project": "python"})]
+    chunks = [await answer(token, "project.export", {"project": "batch"})]
     while "next_offset" in chunks[-1]:
         assert len(chunks) < 20, "the export never ends"
-        chunks.append(await answer(token, "project.export", {"project": "python", "offset": chunks[-1]["next_offset"]}))
+        chunks.append(await answer(token, "project.export", {"project": "batch", "offset": chunks[-1]["next_offset"]}))
 
     assert len(chunks) == 3
     assert [chunk["offset"] for chunk in chunks] == [0, 32_000, 64_000]
-    assert "".join(chunk["xml"] for chunk in chunks).encode("utf-8") == sample_bytes(CRLF_SAMPLE)
-    assert {chunk["length"] for chunk in chunks} == {len(sample_bytes(CRLF_SAMPLE).decode("utf-8"))}
+    assert "".join(chunk["xml"] for chunk in chunks).encode("utf-8") == fixture_bytes(CRLF_FIXTURE)
+    assert {chunk["length"] for chunk in chunks} == {len(fixture_bytes(CRLF_FIXTURE).decode("utf-8"))}
 
 
 async def test_export_of_a_small_project_is_one_chunk_without_next_offset(cast):
-    await database_sync_to_async(register)(sample_bytes("beremiz-mqtt_ssl.xml"), "mqtt")
+    await database_sync_to_async(register)(fixture_bytes(SMALL), "press")
 
-    content = await answer(cast.operator.raw_token, "project.export", {"project": "mqtt"})
+    content = await answer(cast.operator.raw_token, "project.export", {"project": "press"})
 
     assert "next_offset" not in content
-    assert content["xml"].encode("utf-8") == sample_bytes("beremiz-mqtt_ssl.xml")
+    assert content["xml"].encode("utf-8") == fixture_bytes(SMALL)
+
+
+async def test_export_of_an_iso_8859_1_project_is_its_decoded_text(cast):
+    raw = fixture_bytes("signal_tower.xml")
+    await database_sync_to_async(register)(raw, "tower")
+
+    content = await answer(cast.operator.raw_token, "project.export", {"project": "tower"})
+
+    assert "next_offset" not in content
+    assert content["xml"] == raw.decode("iso-8859-1")
+    assert "Signalsäule" in content["xml"]
 
 
 # --- findings and placement ------------------------------------------------------------------------
@@ -446,22 +460,22 @@ async def test_check_pages_with_next_offset_visit_every_finding_once(cast, dupli
 
 async def test_suggest_placement_ranks_the_pou_whose_name_matches_the_topic_first(cast, steps):
     content = await answer(
-        cast.operator.raw_token, "project.suggest_placement", {"project": "steps", "topic": "average value"}
+        cast.operator.raw_token, "project.suggest_placement", {"project": "steps", "topic": "dosed volume in percent"}
     )
 
     first = content["suggestions"][0]
-    assert (first["id"], first["kind"], first["pou_type"]) == ("pou/AverageVal", "pou", "function")
+    assert (first["id"], first["kind"], first["pou_type"]) == ("pou/FillPercent", "pou", "function")
     assert first["score"] > content["suggestions"][1]["score"]
 
 
 async def test_suggest_placement_names_the_task_instance_a_program_runs_in(cast, steps):
     content = await answer(
-        cast.operator.raw_token, "project.suggest_placement", {"project": "steps", "topic": "plc prg"}
+        cast.operator.raw_token, "project.suggest_placement", {"project": "steps", "topic": "line main"}
     )
 
     [first, *_] = content["suggestions"]
-    assert first["id"] == "pou/plc_prg"
-    assert first["runs_in"] == ["config/config/resource/resource1/task/plc_task/instance/plc_task_instance"]
+    assert first["id"] == "pou/LineMain"
+    assert first["runs_in"] == ["config/Plant/resource/Cpu1/task/Cycle/instance/Line"]
 
 
 async def test_suggest_placement_of_a_topic_without_a_word_is_invalid_params(cast, steps):
@@ -507,7 +521,7 @@ async def test_a_project_named_in_capitals_is_read_and_audited_under_its_slug(ca
 
 
 async def test_a_project_registered_with_capitals_in_its_slug_is_read_by_the_slug_project_list_gives(cast):
-    await database_sync_to_async(register)(sample_bytes(STEPS), "Line3")
+    await database_sync_to_async(register)(fixture_bytes(STEPS), "Line3")
     token = cast.operator.raw_token
     [listed] = (await answer(token, "project.list", {}))["projects"]
 
@@ -521,11 +535,11 @@ async def test_a_project_registered_with_capitals_in_its_slug_is_read_by_the_slu
 
 async def test_a_read_after_another_tool_changed_the_file_answers_the_next_accepted_revision(cast, steps, root):
     path = root / "steps.xml"
-    path.write_bytes(path.read_bytes().replace(b'name="First Steps"', b'name="First Steps, edited"', 1))
+    path.write_bytes(path.read_bytes().replace(b'name="Dosing Line"', b'name="Dosing Line, edited"', 1))
 
     content = await answer(cast.operator.raw_token, "project.overview", {"project": "steps"})
 
-    assert (content["accepted_revision"], content["name"]) == (2, "First Steps, edited")
+    assert (content["accepted_revision"], content["name"]) == (2, "Dosing Line, edited")
 
 
 async def test_a_read_after_another_tool_broke_the_file_is_a_tool_error_not_invalid_params(cast, steps, root):

@@ -31,12 +31,12 @@ from tests.mcp_api.helpers import (
     stateless_headers,
     stateless_rpc,
 )
-from tests.projects.conftest import sample_bytes
+from tests.projects.conftest import MAIN, fixture_bytes
 
 pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("mcp_on")]
 
 WRITE_TOOLS = [f"project.write.{name}" for name in WRITE_OPERATIONS]
-ADD_EXTRA = {"scope": "pou/plc_prg", "section": "localVars", "name": "Extra", "type": "INT"}
+ADD_EXTRA = {"scope": "pou/LineMain", "section": "localVars", "name": "Extra", "type": "INT"}
 
 
 @pytest.fixture(autouse=True)
@@ -55,7 +55,7 @@ def override(settings) -> Iterator[None]:
 
 @pytest.fixture
 def steps(transactional_db) -> Project:
-    return do_import_project(sample_bytes("beremiz-first_steps.xml"), slug="steps", acting_user="tests")
+    return do_import_project(fixture_bytes(MAIN), slug="steps", acting_user="tests")
 
 
 async def call(token: str, tool: str, arguments: dict[str, Any], *, meta: dict[str, Any] | None = None) -> Response:
@@ -121,7 +121,7 @@ async def test_a_write_call_answers_confirmation_required_and_writes_nothing(cas
     )
     assert is_error
     assert answer["error"] == "FORGE_ERR_CONFIRMATION_REQUIRED"
-    assert answer["changed_ids"] == ["pou/plc_prg/var/Extra"]
+    assert answer["changed_ids"] == ["pou/LineMain/var/Extra"]
     assert answer["console_url"].endswith(f"/console/confirmations/{answer['pending_id']}/")
     assert "OVERRIDE MODE" in answer["warnings"][0]
     assert await file_bytes(steps) == before
@@ -171,7 +171,7 @@ async def test_editor_confirm_reports_pending_then_the_executed_result(cast, ste
     answer, is_error = structured(await call(token, "editor.confirm", confirm))
     assert not is_error, answer
     assert answer["state"] == "executed"
-    assert answer["result"]["changed_ids"] == ["pou/plc_prg/var/Extra"]
+    assert answer["result"]["changed_ids"] == ["pou/LineMain/var/Extra"]
     assert answer["result"]["accepted_revision"] == 2
     written = await file_bytes(steps)
     assert b'name="Extra"' in written

@@ -1,4 +1,6 @@
-"""The PLCopen samples every projects test runs over (test fixtures from ../shared, see its SOURCES.md)."""
+"""The PLCopen TC6 2.01 projects the tests run over: fixtures written for this repository, in
+tests/fixtures/plcopen (its README says what each covers). They are part of every clone, so a missing
+one is an error in the test that reads it, never a skip."""
 
 from __future__ import annotations
 
@@ -6,22 +8,40 @@ from pathlib import Path
 
 import pytest
 
-SAMPLES_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "plcopen" / "samples"
-SAMPLES = sorted(SAMPLES_DIR.glob("*.xml")) if SAMPLES_DIR.is_dir() else []
-# Known schema-invalid fixture (old PLCOpenEditor habits, see FORMAT.md and SOURCES.md).
-INVALID_SAMPLES = {"iec-checker-example.xml"}
-NO_SAMPLES = f"PLCopen samples not found at {SAMPLES_DIR}"
+FIXTURES_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "plcopen"
+# Named here rather than globbed, so that a lost file fails the tests instead of shrinking them.
+FIXTURES = (
+    "batch_records.xml",
+    "conveyor_tasks.xml",
+    "dosing_line.xml",
+    "gate_sequence.xml",
+    "legacy_habits.xml",
+    "press_io.xml",
+    "signal_tower.xml",
+    "uptime_pragma.xml",
+)
+# The schema-invalid fixture (pre-2.0 habits, see the README).
+INVALID_FIXTURES = frozenset({"legacy_habits.xml"})
+
+# The projects most tests use, by role.
+MAIN = "dosing_line.xml"  # every language; the project the write, draft and confirmation tests edit
+INVALID = "legacy_habits.xml"
+CRLF = "batch_records.xml"  # CRLF, data types, more than two export chunks
+SMALL = "press_io.xml"  # one export chunk
+PRAGMAS = "uptime_pragma.xml"  # CRLF, ST with pragmas and comments
+LATIN1 = "signal_tower.xml"  # ISO-8859-1, CRLF
 
 
-def sample_params(*, valid_only: bool = False) -> list:
-    chosen = [path for path in SAMPLES if not (valid_only and path.name in INVALID_SAMPLES)]
-    if not chosen:
-        return [pytest.param(None, marks=pytest.mark.skip(reason=NO_SAMPLES), id="no-samples")]
-    return [pytest.param(path, id=path.stem) for path in chosen]
+def fixture_path(name: str) -> Path:
+    return FIXTURES_DIR / name
 
 
-def sample_bytes(name: str) -> bytes:
-    path = SAMPLES_DIR / name
-    if not path.is_file():
-        pytest.skip(NO_SAMPLES)
-    return path.read_bytes()
+def fixture_bytes(name: str) -> bytes:
+    """The bytes of one fixture; FileNotFoundError (a failure) when it is missing."""
+    return fixture_path(name).read_bytes()
+
+
+def fixture_params(*, valid_only: bool = False) -> list:
+    """One pytest param per fixture file (its path), named after the file."""
+    chosen = [name for name in FIXTURES if not (valid_only and name in INVALID_FIXTURES)]
+    return [pytest.param(fixture_path(name), id=Path(name).stem) for name in chosen]

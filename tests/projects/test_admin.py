@@ -13,12 +13,11 @@ from django.urls import reverse
 from audit.models import AuditEvent, EventKind
 from projects.models import Project
 from projects.services import do_import_project
-from tests.projects.conftest import sample_bytes
+from tests.projects.conftest import INVALID, MAIN, SMALL, fixture_bytes
 
 pytestmark = pytest.mark.django_db
 
-STEPS = "beremiz-first_steps.xml"
-INVALID = "iec-checker-example.xml"
+STEPS = MAIN
 CHANGELIST = "admin:projects_project_changelist"
 IMPORT = "admin:projects_project_import"
 BIND = "admin:projects_project_bind"
@@ -40,7 +39,7 @@ def messages_of(response) -> list[tuple[int, str]]:
 
 
 def upload(name: str, slug: str, **fields: str) -> dict:
-    return {"slug": slug, "name": "", **fields, "file": SimpleUploadedFile(name, sample_bytes(name), "text/xml")}
+    return {"slug": slug, "name": "", **fields, "file": SimpleUploadedFile(name, fixture_bytes(name), "text/xml")}
 
 
 def form_errors(response) -> list[str]:
@@ -69,9 +68,9 @@ def test_importing_an_upload_registers_it_and_redirects_with_a_success_message(o
     response = operator_client.post(reverse(IMPORT), upload(STEPS, "steps"), follow=True)
 
     assert response.redirect_chain == [(reverse(CHANGELIST), 302)]
-    assert messages_of(response) == [(constants.SUCCESS, "Registered First Steps (steps) at revision 1.")]
+    assert messages_of(response) == [(constants.SUCCESS, "Registered Dosing Line (steps) at revision 1.")]
     assert Project.objects.get().slug == "steps"
-    assert (root / "steps.xml").read_bytes() == sample_bytes(STEPS)
+    assert (root / "steps.xml").read_bytes() == fixture_bytes(STEPS)
 
 
 def test_an_import_from_the_console_is_audited_as_the_operator(operator_client):
@@ -86,16 +85,16 @@ def test_importing_a_schema_invalid_upload_shows_the_error_on_the_form_and_regis
 
     assert response.status_code == 200
     [error] = form_errors(response)
-    assert error.startswith("the file is not valid against the TC6 2.01 schema: line 9: ")
-    assert "line 9: " in response.content.decode()
+    assert error.startswith("the file is not valid against the TC6 2.01 schema: line 8: ")
+    assert "line 8: " in response.content.decode()
     assert not Project.objects.exists()
     assert list(root.iterdir()) == []
 
 
 def test_importing_under_a_taken_slug_shows_the_error_on_the_form(operator_client):
-    do_import_project(sample_bytes(STEPS), slug="steps", acting_user="tests")
+    do_import_project(fixture_bytes(STEPS), slug="steps", acting_user="tests")
 
-    response = operator_client.post(reverse(IMPORT), upload("beremiz-mqtt_ssl.xml", "steps"))
+    response = operator_client.post(reverse(IMPORT), upload(SMALL, "steps"))
 
     assert form_errors(response) == ["a project with the slug 'steps' exists already; choose another slug."]
     assert Project.objects.count() == 1
@@ -115,20 +114,20 @@ def test_importing_under_a_slug_that_is_not_a_slug_is_a_field_error(operator_cli
 
 def test_binding_from_the_console_registers_the_file_where_it_lies(operator_client, root):
     (root / "line3").mkdir()
-    (root / "line3" / "press.xml").write_bytes(sample_bytes(STEPS))
+    (root / "line3" / "press.xml").write_bytes(fixture_bytes(STEPS))
 
     response = operator_client.post(
         reverse(BIND), {"slug": "press", "name": "", "path": "line3/press.xml"}, follow=True
     )
 
     assert response.redirect_chain == [(reverse(CHANGELIST), 302)]
-    assert messages_of(response) == [(constants.SUCCESS, "Registered First Steps (press) at revision 1.")]
+    assert messages_of(response) == [(constants.SUCCESS, "Registered Dosing Line (press) at revision 1.")]
     assert Project.objects.get().path == "line3/press.xml"
     assert sorted(p for p in root.rglob("*") if p.is_file()) == [root / "line3" / "press.xml"]
 
 
 def test_binding_a_path_outside_the_root_shows_the_error_on_the_form(operator_client, root, tmp_path):
-    (tmp_path / "x.xml").write_bytes(sample_bytes(STEPS))
+    (tmp_path / "x.xml").write_bytes(fixture_bytes(STEPS))
 
     response = operator_client.post(reverse(BIND), {"slug": "press", "name": "", "path": "../x.xml"})
 
@@ -141,7 +140,7 @@ def test_binding_a_path_outside_the_root_shows_the_error_on_the_form(operator_cl
 
 
 def test_the_changelist_links_each_project_to_its_export(operator_client):
-    project = do_import_project(sample_bytes(STEPS), slug="steps", acting_user="tests")
+    project = do_import_project(fixture_bytes(STEPS), slug="steps", acting_user="tests")
 
     page = operator_client.get(reverse(CHANGELIST)).content.decode()
 
@@ -149,14 +148,14 @@ def test_the_changelist_links_each_project_to_its_export(operator_client):
 
 
 def test_the_export_link_downloads_the_exact_bytes_as_an_attachment(operator_client):
-    project = do_import_project(sample_bytes(STEPS), slug="steps", acting_user="tests")
+    project = do_import_project(fixture_bytes(STEPS), slug="steps", acting_user="tests")
 
     response = operator_client.get(reverse("admin:projects_project_export", args=[project.pk]))
 
     assert response.status_code == 200
     assert response["Content-Type"] == "application/xml"
     assert response["Content-Disposition"] == 'attachment; filename="steps.xml"'
-    assert response.content == sample_bytes(STEPS)
+    assert response.content == fixture_bytes(STEPS)
 
 
 def test_the_export_of_an_unknown_project_is_404(operator_client):
@@ -180,7 +179,7 @@ def test_the_add_screen_is_forbidden(operator_client):
 
 
 def test_the_delete_screen_is_forbidden_and_the_project_stays(operator_client):
-    project = do_import_project(sample_bytes(STEPS), slug="steps", acting_user="tests")
+    project = do_import_project(fixture_bytes(STEPS), slug="steps", acting_user="tests")
 
     response = operator_client.post(reverse("admin:projects_project_delete", args=[project.pk]), {"post": "yes"})
 
@@ -189,7 +188,7 @@ def test_the_delete_screen_is_forbidden_and_the_project_stays(operator_client):
 
 
 def test_the_changelist_offers_no_bulk_action_so_no_bulk_delete(operator_client):
-    do_import_project(sample_bytes(STEPS), slug="steps", acting_user="tests")
+    do_import_project(fixture_bytes(STEPS), slug="steps", acting_user="tests")
 
     response = operator_client.get(reverse(CHANGELIST))
 
@@ -198,7 +197,7 @@ def test_the_changelist_offers_no_bulk_action_so_no_bulk_delete(operator_client)
 
 
 def test_the_change_screen_lets_the_operator_edit_only_the_name(operator_client):
-    project = do_import_project(sample_bytes(STEPS), slug="steps", acting_user="tests")
+    project = do_import_project(fixture_bytes(STEPS), slug="steps", acting_user="tests")
 
     response = operator_client.get(reverse("admin:projects_project_change", args=[project.pk]))
 

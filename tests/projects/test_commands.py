@@ -12,12 +12,11 @@ from django.core.management import CommandError, call_command
 
 from audit.models import AuditEvent, EventKind
 from projects.models import Project
-from tests.projects.conftest import NO_SAMPLES, SAMPLES_DIR, sample_bytes
+from tests.projects.conftest import INVALID, MAIN, SMALL, fixture_bytes, fixture_path
 
-STEPS = SAMPLES_DIR / "beremiz-first_steps.xml"
-INVALID = SAMPLES_DIR / "iec-checker-example.xml"
+STEPS = fixture_path(MAIN)
 
-pytestmark = [pytest.mark.django_db, pytest.mark.skipif(not STEPS.is_file(), reason=NO_SAMPLES)]
+pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
@@ -43,8 +42,8 @@ def steps() -> Project:
 def test_import_project_copies_the_file_under_the_root_and_says_so(root):
     output = run("import_project", str(STEPS), "--slug", "steps")
 
-    assert output == "Registered steps (First Steps) at steps.xml, revision 1.\n"
-    assert (root / "steps.xml").read_bytes() == sample_bytes(STEPS.name)
+    assert output == "Registered steps (Dosing Line) at steps.xml, revision 1.\n"
+    assert (root / "steps.xml").read_bytes() == fixture_bytes(MAIN)
 
 
 def test_import_project_registers_the_project_as_manage_py():
@@ -64,15 +63,15 @@ def test_import_project_with_bind_registers_a_file_under_the_root_in_place(root)
 
     output = run("import_project", str(target), "--slug", "press", "--bind")
 
-    assert output == "Registered press (First Steps) at line3/press.xml, revision 1.\n"
+    assert output == "Registered press (Dosing Line) at line3/press.xml, revision 1.\n"
     assert sorted(p for p in root.rglob("*") if p.is_file()) == [target]
 
 
 def test_import_project_of_a_schema_invalid_file_is_a_command_error_naming_the_line(root):
     with pytest.raises(CommandError) as refused:
-        run("import_project", str(INVALID), "--slug", "checker")
+        run("import_project", str(fixture_path(INVALID)), "--slug", "checker")
 
-    assert str(refused.value).startswith("the file is not valid against the TC6 2.01 schema: line 9: ")
+    assert str(refused.value).startswith("the file is not valid against the TC6 2.01 schema: line 8: ")
     assert not Project.objects.exists()
     assert list(root.iterdir()) == []
 
@@ -117,7 +116,7 @@ def test_import_project_under_a_slug_that_is_not_a_slug_is_a_command_error_and_w
 
 def test_import_project_under_a_slug_that_is_taken_is_a_command_error(steps):
     with pytest.raises(CommandError) as refused:
-        run("import_project", str(SAMPLES_DIR / "beremiz-mqtt_ssl.xml"), "--slug", "steps")
+        run("import_project", str(fixture_path(SMALL)), "--slug", "steps")
 
     assert str(refused.value) == "a project with the slug 'steps' exists already; choose another slug."
 
@@ -130,7 +129,7 @@ def test_export_project_with_output_writes_the_exact_bytes(steps, tmp_path):
 
     run("export_project", "steps", "-o", str(target))
 
-    assert target.read_bytes() == sample_bytes(STEPS.name)
+    assert target.read_bytes() == fixture_bytes(MAIN)
 
 
 def test_export_project_with_output_reports_what_it_wrote_on_stderr(steps, tmp_path):
@@ -139,13 +138,13 @@ def test_export_project_with_output_reports_what_it_wrote_on_stderr(steps, tmp_p
 
     call_command("export_project", "steps", "-o", str(target), stdout=StringIO(), stderr=err)
 
-    assert err.getvalue() == f"Wrote {target} ({len(sample_bytes(STEPS.name))} bytes).\n"
+    assert err.getvalue() == f"Wrote {target} ({len(fixture_bytes(MAIN))} bytes).\n"
 
 
 def test_export_project_without_output_writes_the_exact_bytes_to_stdout(steps, capsysbinary):
     call_command("export_project", "steps")
 
-    assert capsysbinary.readouterr().out == sample_bytes(STEPS.name)
+    assert capsysbinary.readouterr().out == fixture_bytes(MAIN)
 
 
 def test_export_project_of_an_unknown_project_is_a_command_error_naming_import_project():

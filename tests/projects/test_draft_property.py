@@ -18,26 +18,25 @@ from hypothesis import strategies as st
 from projects import drafts, operations, plcopen
 from projects.models import Project, StagedOperation, WorkingDraft
 from projects.services import do_import_project, project_path
-from tests.projects.conftest import sample_bytes
+from tests.projects.conftest import MAIN, fixture_bytes
 from tests.projects.test_drafts import accept
 
 pytestmark = pytest.mark.django_db
 
-SAMPLE = "beremiz-first_steps.xml"
 SESSION = "property-session"
 
 # Small pools, so that names collide (duplicates, also case-insensitively), ids sometimes exist and
 # sometimes do not, a later operation often depends on an earlier one (a variable of a POU added in an
 # earlier batch), and some valid operations change nothing (a type or qualifier it already has).
-SCOPES = ["pou/plc_prg", "pou/plc_prg", "pou/CounterST", "pou/Extra"]
-NEW_NAMES = ["A", "B", "C", "D", "E", "Cnt1", "cnt", "1bad"]
+SCOPES = ["pou/LineMain", "pou/LineMain", "pou/FlowTotal", "pou/Extra"]
+NEW_NAMES = ["A", "B", "C", "D", "E", "Dosed", "pulses", "1bad"]
 VARIABLE_IDS = [
-    *(f"pou/plc_prg/var/{name}" for name in ("Cnt1", "Cnt2", "Cnt3", "AVCnt", "A", "B", "Missing")),
-    *(f"pou/CounterST/var/{name}" for name in ("Cnt", "OUT", "A")),
+    *(f"pou/LineMain/var/{name}" for name in ("Dosed", "Capped", "Labelled", "Progress", "A", "B", "Missing")),
+    *(f"pou/FlowTotal/var/{name}" for name in ("Pulses", "Litres", "A")),
     "pou/Extra/var/A",
 ]
 TYPES = ["INT", "INT", "BOOL", "DINT"]
-BODIES = ["", "A := 1;", "Cnt := Cnt + 1;", "Undeclared := 2;"]
+BODIES = ["", "A := 1;", "Pulses := Pulses + 1;", "Undeclared := 2;"]
 
 add_variable = st.builds(
     lambda scope, name, type_: {
@@ -65,17 +64,17 @@ update_variable = st.builds(
 remove_variable = st.builds(lambda id_: {"op": "remove_variable", "id": id_}, st.sampled_from(VARIABLE_IDS))
 add_pou = st.builds(
     lambda name, body: {"op": "add_pou", "name": name, "pou_type": "functionBlock", "body": body},
-    st.sampled_from(["Extra", "Extra", "Other", "CounterST"]),
+    st.sampled_from(["Extra", "Extra", "Other", "FlowTotal"]),
     st.sampled_from(BODIES),
 )
 set_pou_body = st.builds(
     lambda id_, text: {"op": "set_pou_body", "id": id_, "language": "ST", "text": text},
-    st.sampled_from(["pou/Extra", "pou/CounterST", "pou/CounterST", "pou/Missing"]),
+    st.sampled_from(["pou/Extra", "pou/FlowTotal", "pou/FlowTotal", "pou/Missing"]),
     st.sampled_from(BODIES),
 )
 unchanging = st.builds(
     lambda id_, change: {"op": "update_variable", "id": id_, **change},
-    st.sampled_from(["pou/plc_prg/var/Cnt2", "pou/CounterST/var/Cnt"]),  # INT, neither retain nor constant
+    st.sampled_from(["pou/LineMain/var/Capped", "pou/FlowTotal/var/Pulses"]),  # INT, neither retain nor constant
     st.sampled_from([{"type": "INT"}, {"retain": False}, {"constant": False}]),
 )
 an_operation = st.one_of(add_variable, update_variable, remove_variable, add_pou, set_pou_body, unchanging)
@@ -87,7 +86,7 @@ _examples = itertools.count()
 def fresh_project() -> Project:
     """Each example works on a project of its own: the test's database is not reset between examples."""
     drafts._cache.clear()
-    return do_import_project(sample_bytes(SAMPLE), slug=f"prop-{next(_examples)}", acting_user="tests")
+    return do_import_project(fixture_bytes(MAIN), slug=f"prop-{next(_examples)}", acting_user="tests")
 
 
 def stored(project: Project) -> tuple[int, int]:

@@ -18,7 +18,7 @@ from projects import drafts, operations, plcopen
 from projects.capability import ACCEPT_DRAFT
 from projects.models import ChangeGroup, GroupState, Project, StagedOperation, WorkingDraft
 from projects.services import do_import_project, project_path
-from tests.projects.conftest import sample_bytes
+from tests.projects.conftest import MAIN, fixture_bytes
 
 pytestmark = pytest.mark.django_db
 
@@ -32,10 +32,10 @@ def _projects_root(root: Path) -> Path:
 
 @pytest.fixture
 def project(db) -> Project:
-    return do_import_project(sample_bytes("beremiz-first_steps.xml"), slug="steps", acting_user="tests")
+    return do_import_project(fixture_bytes(MAIN), slug="steps", acting_user="tests")
 
 
-def add(name: str, scope: str = "pou/plc_prg") -> dict:
+def add(name: str, scope: str = "pou/LineMain") -> dict:
     return {"op": "add_variable", "scope": scope, "section": "localVars", "name": name, "type": "INT"}
 
 
@@ -79,10 +79,10 @@ def test_staging_changes_the_draft_and_not_the_accepted_file(cast, project):
     before = project_path(project).read_bytes()
     group = begin(project, cast.operator.user)
     answer = stage(project, group, [add("Extra1"), add("Extra2")])
-    assert answer["changed_ids"] == ["pou/plc_prg/var/Extra1", "pou/plc_prg/var/Extra2"]
+    assert answer["changed_ids"] == ["pou/LineMain/var/Extra1", "pou/LineMain/var/Extra2"]
     assert project_path(project).read_bytes() == before
     described = drafts.describe(project)
-    assert described["added"] == ["pou/plc_prg/var/Extra1", "pou/plc_prg/var/Extra2"]
+    assert described["added"] == ["pou/LineMain/var/Extra1", "pou/LineMain/var/Extra2"]
 
 
 def test_accepting_writes_the_draft_through_the_executor_and_empties_it(cast, project):
@@ -116,7 +116,7 @@ def test_a_replay_on_a_moved_accepted_file_turns_what_no_longer_applies_into_a_c
     group = begin(project, cast.operator.user)
     stage(project, group, [add("Extra1")])
     path = project_path(project)
-    path.write_bytes(path.read_bytes().replace(b'<pou name="plc_prg"', b'<pou name="plc_main"'))
+    path.write_bytes(path.read_bytes().replace(b'<pou name="LineMain"', b'<pou name="LineControl"'))
     described = drafts.describe_group(project, group.pk)
     assert described["findings"][0]["code"] == "conflict"
     assert described["operations"][0]["conflict"]
@@ -160,7 +160,12 @@ NEW_FB = {
     "body": "Speed := Speed + 1;",
     "variables": [{"section": "localVars", "name": "Speed", "type": "INT"}],
 }
-UNDECLARED_BODY = {"op": "set_pou_body", "id": "pou/CounterST", "language": "ST", "text": "Cnt := Nowhere;"}
+UNDECLARED_BODY = {
+    "op": "set_pou_body",
+    "id": "pou/FlowTotal",
+    "language": "ST",
+    "text": "LastPulse := Pulse;\nPulses := Nowhere;",
+}
 
 
 # --- building a group ------------------------------------------------------------------------------
@@ -170,7 +175,7 @@ def test_a_group_built_over_several_stage_calls_keeps_every_batch_in_order(cast,
     group = begin(project, cast.operator.user)
     first = stage(project, group, [add("Extra1")])
     second = stage(project, group, [add("Extra2"), add("Extra3")])
-    third = stage(project, group, [{"op": "update_variable", "id": "pou/plc_prg/var/Extra1", "type": "DINT"}])
+    third = stage(project, group, [{"op": "update_variable", "id": "pou/LineMain/var/Extra1", "type": "DINT"}])
 
     described = drafts.describe_group(project, group.pk)
     assert [first["working_revision"], second["working_revision"], third["working_revision"]] == [2, 3, 4]
@@ -179,11 +184,11 @@ def test_a_group_built_over_several_stage_calls_keeps_every_batch_in_order(cast,
         "Extra1",
         "Extra2",
         "Extra3",
-        "pou/plc_prg/var/Extra1",
+        "pou/LineMain/var/Extra1",
     ]
     assert (described["state"], described["author"], described["rationale"]) == ("building", "olivia", "because")
     assert described["working_revision"] == revision(project) == 4
-    variable = plcopen.get_element(drafts.current(project).document, "pou/plc_prg/var/Extra1")
+    variable = plcopen.get_element(drafts.current(project).document, "pou/LineMain/var/Extra1")
     assert variable["type"] == "DINT"
 
 
@@ -223,7 +228,7 @@ def test_check_answers_the_changed_ids_and_findings_and_stores_nothing(cast, pro
 
     checked = drafts.check(project, [add("Extra2"), UNDECLARED_BODY])
 
-    assert checked["changed_ids"] == ["pou/plc_prg/var/Extra2", "pou/CounterST"]
+    assert checked["changed_ids"] == ["pou/LineMain/var/Extra2", "pou/FlowTotal"]
     assert checked["working_revision"] == before[0]
     assert "undeclared_identifier" in {f["code"] for f in checked["findings"]}
     assert stored(project) == before
@@ -244,10 +249,10 @@ def test_a_batch_with_one_refused_operation_stores_nothing_and_names_its_index(c
     before, before_bytes = stored(project), draft_bytes(project)
 
     with pytest.raises(operations.OperationRefused) as refused:
-        stage(project, group, [add("Extra2"), add("Extra3"), add("CNT1")])
+        stage(project, group, [add("Extra2"), add("Extra3"), add("DOSED")])
 
     assert refused.value.index == 2
-    assert "Cnt1" in refused.value.reason or "CNT1" in refused.value.reason
+    assert "Dosed" in refused.value.reason or "DOSED" in refused.value.reason
     assert stored(project) == before
     assert draft_bytes(project) == before_bytes
 
@@ -256,7 +261,7 @@ def test_a_batch_with_an_operation_outside_the_vocabulary_is_refused_with_its_in
     group = begin(project, cast.operator.user)
 
     with pytest.raises(operations.OperationRefused) as refused:
-        stage(project, group, [add("Extra1"), {"op": "force_variable", "id": "pou/plc_prg/var/Cnt1"}])
+        stage(project, group, [add("Extra1"), {"op": "force_variable", "id": "pou/LineMain/var/Dosed"}])
 
     assert refused.value.index == 1
     assert group.operations.count() == 0
@@ -288,7 +293,7 @@ def test_of_two_sessions_staging_from_the_same_revision_the_second_is_told_the_c
     assert refused.value.code == "FORGE_ERR_STALE_REVISION"
     assert refused.value.data == {"current_working_revision": seen + 1}
     assert theirs.operations.count() == 0
-    assert drafts.describe(project)["added"] == ["pou/plc_prg/var/Mine"]
+    assert drafts.describe(project)["added"] == ["pou/LineMain/var/Mine"]
 
 
 @pytest.mark.parametrize("call", ["begin", "unstage", "submit", "close"])
@@ -388,7 +393,7 @@ def test_a_group_id_the_draft_does_not_have_is_not_found(cast, project):
 
 def test_submit_is_refused_while_problem_findings_stand_and_names_each_finding(cast, project):
     group = begin(project, cast.operator.user)
-    stage(project, group, [UNDECLARED_BODY, add("Odd", scope="pou/plc_prg") | {"type": "NoSuchType"}])
+    stage(project, group, [UNDECLARED_BODY, add("Odd", scope="pou/LineMain") | {"type": "NoSuchType"}])
     before = stored(project)
 
     with pytest.raises(drafts.DraftRefused) as refused:
@@ -396,7 +401,7 @@ def test_submit_is_refused_while_problem_findings_stand_and_names_each_finding(c
 
     assert refused.value.code == "FORGE_ERR_FINDINGS_BLOCK_SUBMIT"
     named = {(f["code"], f["element_id"]) for f in refused.value.data["findings"]}
-    assert named == {("undeclared_identifier", "pou/CounterST"), ("unknown_type", "pou/plc_prg/var/Odd")}
+    assert named == {("undeclared_identifier", "pou/FlowTotal"), ("unknown_type", "pou/LineMain/var/Odd")}
     assert {f["severity"] for f in refused.value.data["findings"]} == {"problem"}
     assert "Nowhere" in refused.value.message and "NoSuchType" in refused.value.message
     assert stored(project) == before
@@ -449,7 +454,7 @@ def test_a_stage_after_an_acknowledged_submit_clears_the_acknowledgement_and_reo
 def test_a_fixed_group_submits_without_acknowledgement(cast, project):
     group = begin(project, cast.operator.user)
     stage(project, group, [UNDECLARED_BODY])
-    stage(project, group, [add("Nowhere", scope="pou/CounterST")])
+    stage(project, group, [add("Nowhere", scope="pou/FlowTotal")])
 
     submitted = drafts.do_submit(
         project, group.pk, session_id=SESSION, expected_revision=revision(project), acknowledge_findings=False
@@ -469,7 +474,7 @@ def test_unstage_withdraws_the_groups_last_operations_from_the_draft(cast, proje
     withdrawn = drafts.do_unstage(project, group.pk, 2, session_id=SESSION, expected_revision=revision(project))
 
     assert withdrawn == {"group_id": str(group.pk), "withdrawn": 2, "working_revision": 4}
-    assert drafts.describe(project)["added"] == ["pou/plc_prg/var/Keep"]
+    assert drafts.describe(project)["added"] == ["pou/LineMain/var/Keep"]
     assert [op.operation["name"] for op in group.operations.all()] == ["Keep"]
     assert drafts.events(project, 3)["events"][0]["kind"] == "unstage"
 
@@ -510,7 +515,7 @@ def test_unstage_of_an_independent_group_leaves_later_groups_in_place(cast, proj
 
     drafts.do_unstage(project, first.pk, 1, session_id=SESSION, expected_revision=revision(project))
 
-    assert drafts.describe(project)["added"] == ["pou/plc_prg/var/Second"]
+    assert drafts.describe(project)["added"] == ["pou/LineMain/var/Second"]
 
 
 def test_unstage_of_more_operations_than_the_group_has_is_refused(cast, project):
@@ -551,7 +556,7 @@ def test_close_keeps_the_groups_operations_in_the_draft(cast, project):
 
     assert closed["state"] == "closed"
     assert draft_bytes(project) == before_bytes
-    assert drafts.describe(project)["added"] == ["pou/plc_prg/var/Extra1"]
+    assert drafts.describe(project)["added"] == ["pou/LineMain/var/Extra1"]
     assert drafts.status(project)["groups"][0]["state"] == "closed"
 
 
@@ -579,21 +584,21 @@ def test_describe_names_added_removed_and_changed_elements_with_the_fields_that_
         group,
         [
             add("Extra1"),
-            {"op": "remove_variable", "id": "pou/plc_prg/var/AVCnt"},
-            {"op": "update_variable", "id": "pou/plc_prg/var/Cnt1", "type": "DINT"},
-            {"op": "update_variable", "id": "pou/plc_prg/var/Cnt2", "initial_value": "3"},
-            {"op": "update_variable", "id": "pou/plc_prg/var/Cnt3", "address": "%QW4"},
+            {"op": "remove_variable", "id": "pou/LineMain/var/Progress"},
+            {"op": "update_variable", "id": "pou/LineMain/var/Dosed", "type": "DINT"},
+            {"op": "update_variable", "id": "pou/LineMain/var/Capped", "initial_value": "3"},
+            {"op": "update_variable", "id": "pou/LineMain/var/Labelled", "address": "%QW4"},
         ],
     )
 
     described = drafts.describe(project)
 
-    assert described["added"] == ["pou/plc_prg/var/Extra1"]
-    assert described["removed"] == ["pou/plc_prg/var/AVCnt"]
+    assert described["added"] == ["pou/LineMain/var/Extra1"]
+    assert described["removed"] == ["pou/LineMain/var/Progress"]
     changed = {c["element_id"]: c["fields"] for c in described["changed"]}
-    assert changed["pou/plc_prg/var/Cnt1"] == {"type": {"accepted": "INT", "draft": "DINT"}}
-    assert changed["pou/plc_prg/var/Cnt2"] == {"content": "changed"}
-    assert changed["pou/plc_prg/var/Cnt3"] == {"address": {"accepted": None, "draft": "%QW4"}}
+    assert changed["pou/LineMain/var/Dosed"] == {"type": {"accepted": "INT", "draft": "DINT"}}
+    assert changed["pou/LineMain/var/Capped"] == {"content": "changed"}
+    assert changed["pou/LineMain/var/Labelled"] == {"address": {"accepted": None, "draft": "%QW4"}}
     assert (described["working_revision"], described["accepted_revision"], described["truncated"]) == (2, 1, False)
 
 
@@ -611,7 +616,7 @@ def test_describe_is_bounded_by_its_limit(cast, project):
 
     described = drafts.describe(project, limit=2)
 
-    assert described["added"] == ["pou/plc_prg/var/Extra0", "pou/plc_prg/var/Extra1"]
+    assert described["added"] == ["pou/LineMain/var/Extra0", "pou/LineMain/var/Extra1"]
     assert described["truncated"] is True
 
 
@@ -633,7 +638,7 @@ def test_events_after_a_revision_list_only_what_happened_since_then(cast, projec
         (5, "submit", "oscar"),
     ]
     assert {e["group_id"] for e in since["events"]} == {str(theirs.pk)}
-    assert since["events"][1]["summary"] == {"operations": 1, "changed_ids": ["pou/plc_prg/var/Theirs"]}
+    assert since["events"][1]["summary"] == {"operations": 1, "changed_ids": ["pou/LineMain/var/Theirs"]}
     assert since["working_revision"] == 5
     assert "next_after_revision" not in since
     assert [e["kind"] for e in drafts.events(project, 0)["events"]][:2] == ["begin", "stage"]
@@ -667,24 +672,24 @@ def test_a_replay_on_an_external_edit_that_still_applies_keeps_the_draft_and_mov
     group = begin(project, cast.operator.user)
     stage(project, group, [add("Extra1")])
     seen = revision(project)
-    edit_outside(project, b'name="First Steps"', b'name="First Steps, edited"')
+    edit_outside(project, b'name="Dosing Line"', b'name="Dosing Line, edited"')
 
     status = drafts.status(project)
 
     assert (status["accepted_revision"], status["working_revision"], status["conflicts"]) == (2, seen + 1, 0)
-    assert drafts.describe(project)["added"] == ["pou/plc_prg/var/Extra1"]
+    assert drafts.describe(project)["added"] == ["pou/LineMain/var/Extra1"]
     [event] = drafts.events(project, seen)["events"]
     assert (event["kind"], event["summary"]) == (
         "replayed",
         {"from_accepted_revision": 1, "to_accepted_revision": 2, "conflicts": 0},
     )
-    assert b'name="First Steps, edited"' in draft_bytes(project)
+    assert b'name="Dosing Line, edited"' in draft_bytes(project)
 
 
 def test_a_replay_that_no_longer_applies_reports_a_conflict_and_blocks_submit(cast, project):
     group = begin(project, cast.operator.user)
     stage(project, group, [add("Extra1")])
-    edit_outside(project, b'<pou name="plc_prg"', b'<pou name="plc_main"')
+    edit_outside(project, b'<pou name="LineMain"', b'<pou name="LineControl"')
 
     status = drafts.status(project)
     with pytest.raises(drafts.DraftRefused) as refused:
@@ -697,7 +702,7 @@ def test_a_replay_that_no_longer_applies_reports_a_conflict_and_blocks_submit(ca
     assert (conflict["code"], conflict["severity"], conflict["element_id"]) == (
         "conflict",
         "problem",
-        "pou/plc_prg/var/Extra1",
+        "pou/LineMain/var/Extra1",
     )
     assert "operation 0 (add_variable)" in conflict["message"]
     assert group.operations.count() == 1  # kept for the author, never dropped
@@ -706,7 +711,7 @@ def test_a_replay_that_no_longer_applies_reports_a_conflict_and_blocks_submit(ca
 def test_a_stale_client_after_a_replay_is_told_the_replayed_revision(cast, project):
     group = begin(project, cast.operator.user)
     seen = revision(project)
-    edit_outside(project, b'name="First Steps"', b'name="First Steps, edited"')
+    edit_outside(project, b'name="Dosing Line"', b'name="Dosing Line, edited"')
 
     with pytest.raises(drafts.DraftRefused) as refused:
         drafts.do_stage(project, group.pk, [add("Extra1")], session_id=SESSION, expected_revision=seen)
@@ -750,8 +755,8 @@ def test_accepting_a_draft_that_changes_nothing_is_refused(cast, project):
 def test_accepting_writes_what_still_applies_and_keeps_nothing_of_the_conflicting_group(cast, project):
     group = begin(project, cast.operator.user)
     stage(project, group, [add("Lost")])
-    stage(project, group, [add("Kept", scope="pou/CounterST")])
-    edit_outside(project, b'<pou name="plc_prg"', b'<pou name="plc_main"')
+    stage(project, group, [add("Kept", scope="pou/FlowTotal")])
+    edit_outside(project, b'<pou name="LineMain"', b'<pou name="LineControl"')
     expected = draft_bytes(project)
 
     contract = accept(project)
@@ -809,13 +814,13 @@ def test_a_discarded_group_takes_no_further_operations(cast, project):
 
 def test_a_restart_materializes_byte_identical_documents_with_the_same_ids_and_revisions(cast, project, clock):
     mine = begin(project, cast.operator.user, SESSION)
-    stage(project, mine, [add("Extra1"), {"op": "update_variable", "id": "pou/plc_prg/var/Cnt1", "type": "DINT"}])
+    stage(project, mine, [add("Extra1"), {"op": "update_variable", "id": "pou/LineMain/var/Dosed", "type": "DINT"}])
     theirs = begin(project, cast.other_operator.user, OTHER, title="Theirs")
     stage(project, theirs, [NEW_FB], OTHER)
     drafts.do_submit(
         project, theirs.pk, session_id=OTHER, expected_revision=revision(project), acknowledge_findings=False
     )
-    stage(project, mine, [{"op": "remove_variable", "id": "pou/plc_prg/var/AVCnt"}])
+    stage(project, mine, [{"op": "remove_variable", "id": "pou/LineMain/var/Progress"}])
     before = (draft_bytes(project), drafts.status(project), drafts.describe(project))
 
     restart()
@@ -828,7 +833,7 @@ def test_a_restart_materializes_byte_identical_documents_with_the_same_ids_and_r
 def test_a_batch_that_changes_nothing_keeps_the_stamp_so_a_restart_gives_the_same_bytes(cast, project, clock):
     group = begin(project, cast.operator.user)
     stage(project, group, [add("Extra1")])
-    unchanged = stage(project, group, [{"op": "update_variable", "id": "pou/plc_prg/var/Extra1", "retain": False}])
+    unchanged = stage(project, group, [{"op": "update_variable", "id": "pou/LineMain/var/Extra1", "retain": False}])
     before = draft_bytes(project)
 
     restart()
@@ -840,7 +845,7 @@ def test_a_batch_that_changes_nothing_keeps_the_stamp_so_a_restart_gives_the_sam
 def test_accepting_after_a_batch_that_changes_nothing_writes_exactly_the_draft(cast, project, clock):
     group = begin(project, cast.operator.user)
     stage(project, group, [add("Extra1")])
-    stage(project, group, [{"op": "update_variable", "id": "pou/plc_prg/var/Extra1", "type": "INT"}])
+    stage(project, group, [{"op": "update_variable", "id": "pou/LineMain/var/Extra1", "type": "INT"}])
     expected = draft_bytes(project)
 
     contract = accept(project)
@@ -864,7 +869,7 @@ def test_a_restart_after_an_unstage_materializes_the_same_bytes(cast, project, c
 def test_a_restart_keeps_the_conflicts_of_a_replay(cast, project):
     group = begin(project, cast.operator.user)
     stage(project, group, [add("Extra1")])
-    edit_outside(project, b'<pou name="plc_prg"', b'<pou name="plc_main"')
+    edit_outside(project, b'<pou name="LineMain"', b'<pou name="LineControl"')
     before = drafts.describe_group(project, group.pk)
 
     restart()
@@ -877,7 +882,7 @@ def test_describe_does_not_list_a_pou_as_changed_only_because_a_variable_was_add
     group = begin(project, cast.operator.user)
     stage(project, group, [add("OnlyNew")])
     described = drafts.describe(project)
-    assert described["added"] == ["pou/plc_prg/var/OnlyNew"]
+    assert described["added"] == ["pou/LineMain/var/OnlyNew"]
     assert described["changed"] == []
 
 

@@ -1,5 +1,5 @@
 """Findings over TC6 2.01 projects: each code triggered by a small hand-made project, none on a clean one,
-and a plausible result on every sample in ../shared/plcopen/samples."""
+none on the valid fixtures in tests/fixtures/plcopen, and exactly the deliberate mistakes of the invalid one."""
 
 from __future__ import annotations
 
@@ -11,10 +11,9 @@ import pytest
 from lxml import etree
 
 from projects.findings import LIBRARY_TYPES, SEVERITIES, Finding, check
+from projects.plcopen import SCHEMA_PATH
+from tests.projects.conftest import INVALID, INVALID_FIXTURES, fixture_params, fixture_path
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "plcopen"
-SAMPLES = SHARED / "samples"
-SCHEMA = SHARED / "tc6_xml_v201.xsd"
 NS = "http://www.plcopen.org/xml/tc6_0201"
 TC6_ELEMENTS = {"BOOL", "BYTE", "WORD", "DWORD", "LWORD", "SINT", "INT", "DINT", "LINT", "USINT", "UINT"}
 TC6_ELEMENTS |= {"UDINT", "ULINT", "REAL", "LREAL", "TIME", "DATE", "DT", "TOD", "string", "wstring"}
@@ -74,8 +73,8 @@ def configuration(name: str = "C0", *, resources: str = "", globals_: str = "") 
 
 
 @functools.cache
-def schema() -> etree.XMLSchema | None:
-    return etree.XMLSchema(etree.parse(str(SCHEMA))) if SCHEMA.exists() else None
+def schema() -> etree.XMLSchema:
+    return etree.XMLSchema(etree.parse(str(SCHEMA_PATH)))
 
 
 def project(*, data_types: str = "", pous: str = "", configurations: str = "") -> etree._Element:
@@ -93,8 +92,7 @@ def project(*, data_types: str = "", pous: str = "", configurations: str = "") -
   <instances><configurations>{configurations}</configurations></instances>
 </project>"""
     root = etree.fromstring(xml.encode(), etree.XMLParser(strip_cdata=False))
-    if schema() is not None:
-        schema().assertValid(root)
+    schema().assertValid(root)
     return root
 
 
@@ -749,19 +747,17 @@ def test_a_program_instantiated_by_a_resource_without_a_task_runs():
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The samples
+# The fixtures
 # ---------------------------------------------------------------------------------------------------------
 
-SAMPLE_FILES = sorted(SAMPLES.glob("*.xml")) if SAMPLES.is_dir() else []
-
-# iec-checker's example is a test input for a static analyser and carries deliberate mistakes.
-IEC_CHECKER_FINDINGS = {
-    ("bad_address", "config/ConfigTest/resource/ResourceTest/var/Titi"),
-    ("bad_address", "config/ConfigTest/var/Toto"),
-    ("bad_address", "config/ConfigTest/var/Tutu"),
-    ("bad_initial_value", "pou/FBDTest/var/IN2"),
-    ("program_not_instantiated", "pou/SFCTest"),
-    ("undeclared_identifier", "pou/STTest"),
+# The invalid fixture imitates an old editor's export and carries deliberate mistakes.
+LEGACY_FINDINGS = {
+    ("bad_address", "config/Workshop/resource/Station/var/Speed"),
+    ("bad_address", "config/Workshop/var/Running"),
+    ("bad_address", "config/Workshop/var/Setpoint"),
+    ("bad_initial_value", "pou/Majority/var/B"),
+    ("program_not_instantiated", "pou/Mixer"),
+    ("undeclared_identifier", "pou/Hoist"),
 }
 
 
@@ -769,34 +765,29 @@ def load(path: Path) -> etree._Element:
     return etree.parse(str(path), etree.XMLParser(strip_cdata=False)).getroot()
 
 
-@pytest.mark.skipif(not SAMPLE_FILES, reason="shared PLCopen samples are not available")
-@pytest.mark.parametrize("path", SAMPLE_FILES, ids=lambda p: p.stem)
-def test_every_sample_is_checked_with_known_codes_and_element_ids(path):
+@pytest.mark.parametrize("path", fixture_params())
+def test_every_fixture_is_checked_with_known_codes_and_element_ids(path):
     root = load(path)
     findings = check(root)
     for finding in findings:
         assert finding.severity == SEVERITIES[finding.code]
         assert finding.element_id.split("/")[0] in {"pou", "type", "config"}
         assert finding.message
-    if path.name != "iec-checker-example.xml":
+    if path.name not in INVALID_FIXTURES:
         assert findings == [], [f.to_dict() for f in findings]
 
 
-@pytest.mark.skipif(
-    not (SAMPLES / "iec-checker-example.xml").exists(), reason="shared PLCopen samples are not available"
-)
-def test_the_deliberate_mistakes_of_the_iec_checker_sample_are_found():
-    findings = check(load(SAMPLES / "iec-checker-example.xml"))
-    assert {(f.code, f.element_id) for f in findings} == IEC_CHECKER_FINDINGS
+def test_the_deliberate_mistakes_of_the_invalid_fixture_are_found():
+    findings = check(load(fixture_path(INVALID)))
+    assert {(f.code, f.element_id) for f in findings} == LEGACY_FINDINGS
     undeclared = sorted(f.message.split("'")[1] for f in findings if f.code == "undeclared_identifier")
-    assert undeclared == ["Active", "CLOSED", "Hold", "enable"]
+    assert undeclared == ["Brake", "Overload", "TopStop", "creep"]
 
 
-@pytest.mark.skipif(not (SAMPLES / "beremiz-python.xml").exists(), reason="shared PLCopen samples are not available")
-def test_beremiz_library_types_are_unknown_when_only_iec_types_are_known():
-    findings = check(load(SAMPLES / "beremiz-python.xml"), known_types=())
+def test_library_types_are_unknown_when_only_iec_types_are_known():
+    findings = check(load(fixture_path("batch_records.xml")), known_types=())
     unknown = {re.search(r"unknown: '([^']+)'", f.message).group(1) for f in findings if f.code == "unknown_type"}
-    assert unknown == {"python_eval", "RTC"}
+    assert unknown == {"PID", "RTC"}
 
 
 def test_checking_some_pous_gives_the_whole_checks_findings_about_them_and_the_rest_of_the_project():

@@ -1,4 +1,4 @@
-"""The operation vocabulary (projects.operations): every operation on every sample where it applies, the
+"""The operation vocabulary (projects.operations): every operation on every fixture where it applies, the
 refusals, atomicity, and that content outside the edited element survives byte for byte."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from lxml import etree
 from projects import operations, plcopen
 from projects.operations import OperationRefused, apply
 from projects.plcopen import ElementNotFound, ProjectDocument
-from tests.projects.conftest import INVALID_SAMPLES, NO_SAMPLES, SAMPLES, sample_bytes
+from tests.projects.conftest import FIXTURES, INVALID, INVALID_FIXTURES, MAIN, PRAGMAS, fixture_bytes, fixture_path
 
 NOW = datetime(2030, 5, 6, 7, 8, 9)
 
@@ -44,6 +44,10 @@ def in_shared_section(entry: plcopen.Entry) -> bool:
 
 def has(tag: str) -> Callable[[plcopen.Entry], bool]:
     return lambda entry: entry.element.find(plcopen.q(tag)) is not None
+
+
+def initial_value(entry: plcopen.Entry) -> str | None:
+    return plcopen.render_value(entry.element.find(plcopen.q("initialValue")))
 
 
 def _when(target, build: Callable) -> list[dict] | None:
@@ -110,7 +114,7 @@ CASES: dict[str, Case] = {
         lambda v: [{"op": "update_variable", "id": v.id, "initial_value": "0"}],
     ),
     "replace_initial_value": lambda d: _when(
-        pou_variable(d, has("initialValue")),
+        pou_variable(d, lambda e: has("initialValue")(e) and initial_value(e) != "1"),
         lambda v: [{"op": "update_variable", "id": v.id, "initial_value": "1"}],
     ),
     "clear_initial_value": lambda d: _when(
@@ -252,15 +256,16 @@ CASES: dict[str, Case] = {
 
 def _case_params() -> list:
     params = []
-    for path in SAMPLES:
-        if path.name in INVALID_SAMPLES:
+    for name in FIXTURES:
+        if name in INVALID_FIXTURES:
             continue
+        path = fixture_path(name)
         doc = plcopen.load(path.read_bytes())
-        for name, build in CASES.items():
+        for case, build in CASES.items():
             ops = build(doc)
             if ops is not None:
-                params.append(pytest.param(path, name, id=f"{path.stem}-{name}"))
-    return params or [pytest.param(None, None, marks=pytest.mark.skip(reason=NO_SAMPLES), id="no-samples")]
+                params.append(pytest.param(path, case, id=f"{path.stem}-{case}"))
+    return params
 
 
 @pytest.mark.parametrize(("path", "case"), _case_params())
@@ -321,7 +326,7 @@ def test_everything_outside_the_edited_unit_is_byte_identical(path, case):
 
 
 def test_graphical_bodies_adddata_and_comments_survive_an_edit_elsewhere_byte_for_byte():
-    raw = sample_bytes("beremiz-svghmi_traffic_light.xml")
+    raw = fixture_bytes("gate_sequence.xml")
     doc = plcopen.load(raw)
     sfc_pou = first(doc, "pou", lambda e: body_language(e) == "SFC")
     other = first(doc, "pou", lambda e: e is not sfc_pou)
@@ -338,9 +343,9 @@ def test_graphical_bodies_adddata_and_comments_survive_an_edit_elsewhere_byte_fo
 
 
 def test_new_elements_are_indented_like_their_neighbours():
-    doc = plcopen.load(sample_bytes("beremiz-first_steps.xml"))
+    doc = plcopen.load(fixture_bytes(MAIN))
     result = apply(
-        doc, [{"op": "add_variable", "scope": "pou/plc_prg", "section": "localVars", "name": "Z", "type": "INT"}]
+        doc, [{"op": "add_variable", "scope": "pou/LineMain", "section": "localVars", "name": "Z", "type": "INT"}]
     )
     lines = plcopen.serialize(result.doc).decode().splitlines()
     new = next(i for i, line in enumerate(lines) if '<variable name="Z">' in line)
@@ -368,115 +373,117 @@ def test_a_file_without_line_breaks_gets_none_added():
 # --- behaviour of particular operations -------------------------------------------------------------------
 
 
-def first_steps() -> ProjectDocument:
-    return plcopen.load(sample_bytes("beremiz-first_steps.xml"))
+def dosing_line() -> ProjectDocument:
+    return plcopen.load(fixture_bytes(MAIN))
 
 
 def test_making_one_variable_retain_splits_its_section_and_keeps_the_order():
-    doc = first_steps()
-    locals_ = [v["name"] for v in plcopen.list_variables(doc, scope="pou/plc_prg", section="localVars")["items"]]
-    result = apply(doc, [{"op": "update_variable", "id": "pou/plc_prg/var/cnt3", "retain": True}])
-    sections = plcopen.get_element(result.doc, "pou/plc_prg")["interface"]["sections"]
+    doc = dosing_line()
+    locals_ = [v["name"] for v in plcopen.list_variables(doc, scope="pou/LineMain", section="localVars")["items"]]
+    result = apply(doc, [{"op": "update_variable", "id": "pou/linemain/var/labelled", "retain": True}])
+    sections = plcopen.get_element(result.doc, "pou/LineMain")["interface"]["sections"]
     shape = [(s["section"], s["retain"], [v["name"] for v in s["variables"]]) for s in sections]
     assert shape == [
-        ("inputVars", False, ["Reset"]),
-        ("outputVars", False, ["Cnt1", "Cnt2"]),
-        ("outputVars", True, ["Cnt3"]),
-        ("outputVars", False, ["Cnt4", "Cnt5"]),
+        ("inputVars", False, ["Halt"]),
+        ("outputVars", False, ["Dosed", "Capped"]),
+        ("outputVars", True, ["Labelled"]),
+        ("outputVars", False, ["Vented", "Rinsed"]),
         ("localVars", False, locals_),
     ]
-    back = apply(result.doc, [{"op": "update_variable", "id": "pou/plc_prg/var/Cnt3", "retain": False}])
-    assert not plcopen.get_element(back.doc, "pou/plc_prg/var/Cnt3")["retain"]
+    back = apply(result.doc, [{"op": "update_variable", "id": "pou/LineMain/var/Labelled", "retain": False}])
+    assert not plcopen.get_element(back.doc, "pou/LineMain/var/Labelled")["retain"]
     assert plcopen.validate(plcopen.load(plcopen.serialize(back.doc))) == []
 
 
 def test_the_first_variable_of_a_section_moves_into_its_own_section_before_the_rest():
-    result = apply(first_steps(), [{"op": "update_variable", "id": "pou/plc_prg/var/Cnt1", "constant": True}])
-    sections = plcopen.get_element(result.doc, "pou/plc_prg")["interface"]["sections"]
+    result = apply(dosing_line(), [{"op": "update_variable", "id": "pou/LineMain/var/Dosed", "constant": True}])
+    sections = plcopen.get_element(result.doc, "pou/LineMain")["interface"]["sections"]
     assert [(s["constant"], [v["name"] for v in s["variables"]]) for s in sections[1:3]] == [
-        (True, ["Cnt1"]),
-        (False, ["Cnt2", "Cnt3", "Cnt4", "Cnt5"]),
+        (True, ["Dosed"]),
+        (False, ["Capped", "Labelled", "Vented", "Rinsed"]),
     ]
 
 
 def test_a_new_variable_joins_the_last_section_of_its_kind_when_the_qualifiers_match():
-    doc = first_steps()
+    doc = dosing_line()
     result = apply(
-        doc, [{"op": "add_variable", "scope": "pou/plc_prg", "section": "outputVars", "name": "Cnt6", "type": "INT"}]
+        doc, [{"op": "add_variable", "scope": "pou/LineMain", "section": "outputVars", "name": "Sealed", "type": "INT"}]
     )
-    sections = plcopen.get_element(result.doc, "pou/plc_prg")["interface"]["sections"]
-    assert [v["name"] for v in sections[1]["variables"]][-1] == "Cnt6" and len(sections) == 3
+    sections = plcopen.get_element(result.doc, "pou/LineMain")["interface"]["sections"]
+    assert [v["name"] for v in sections[1]["variables"]][-1] == "Sealed" and len(sections) == 3
 
 
 def test_removing_the_last_variable_of_a_section_removes_the_section():
-    doc = first_steps()
-    result = apply(doc, [{"op": "remove_variable", "id": "pou/plc_prg/var/Reset"}])
-    sections = plcopen.get_element(result.doc, "pou/plc_prg")["interface"]["sections"]
+    doc = dosing_line()
+    result = apply(doc, [{"op": "remove_variable", "id": "pou/LineMain/var/Halt"}])
+    sections = plcopen.get_element(result.doc, "pou/LineMain")["interface"]["sections"]
     assert [s["section"] for s in sections] == ["outputVars", "localVars"]
 
 
 def test_a_rename_changes_the_id_and_keeps_the_declaration():
-    result = apply(first_steps(), [{"op": "update_variable", "id": "pou/plc_prg/var/AVCnt", "name": "AverageCount"}])
-    assert result.changed_ids == ("pou/plc_prg/var/AVCnt", "pou/plc_prg/var/AverageCount")
-    assert plcopen.get_element(result.doc, "pou/plc_prg/var/averagecount")["type"] == "REAL"
+    result = apply(
+        dosing_line(), [{"op": "update_variable", "id": "pou/LineMain/var/Progress", "name": "LineProgress"}]
+    )
+    assert result.changed_ids == ("pou/LineMain/var/Progress", "pou/LineMain/var/LineProgress")
+    assert plcopen.get_element(result.doc, "pou/LineMain/var/lineprogress")["type"] == "REAL"
     with pytest.raises(ElementNotFound):
-        plcopen.get_element(result.doc, "pou/plc_prg/var/AVCnt")
+        plcopen.get_element(result.doc, "pou/LineMain/var/Progress")
 
 
 def test_a_rename_that_only_changes_case_is_allowed():
-    result = apply(first_steps(), [{"op": "update_variable", "id": "pou/plc_prg/var/AVCnt", "name": "AVCNT"}])
-    assert plcopen.get_element(result.doc, "pou/plc_prg/var/AVCNT")["name"] == "AVCNT"
+    result = apply(dosing_line(), [{"op": "update_variable", "id": "pou/LineMain/var/Progress", "name": "PROGRESS"}])
+    assert plcopen.get_element(result.doc, "pou/LineMain/var/PROGRESS")["name"] == "PROGRESS"
 
 
 def test_set_pou_body_keeps_cdata_and_the_xhtml_container():
     result = apply(
-        first_steps(), [{"op": "set_pou_body", "id": "pou/CounterST", "language": "ST", "text": "a := b < c;"}]
+        dosing_line(), [{"op": "set_pou_body", "id": "pou/FlowTotal", "language": "ST", "text": "a := b < c;"}]
     )
     out = plcopen.serialize(result.doc)
     assert b"<xhtml:p><![CDATA[a := b < c;]]></xhtml:p>" in out
-    assert plcopen.get_element(result.doc, "pou/CounterST")["body"]["text"] == "a := b < c;"
+    assert plcopen.get_element(result.doc, "pou/FlowTotal")["body"]["text"] == "a := b < c;"
 
 
 def test_code_with_a_cdata_terminator_is_stored_escaped_and_reads_back():
     text = "s := ']]>';"
-    result = apply(first_steps(), [{"op": "set_pou_body", "id": "pou/CounterST", "language": "ST", "text": text}])
+    result = apply(dosing_line(), [{"op": "set_pou_body", "id": "pou/FlowTotal", "language": "ST", "text": text}])
     reloaded = plcopen.load(plcopen.serialize(result.doc))
-    assert plcopen.get_element(reloaded, "pou/CounterST")["body"]["text"] == text
+    assert plcopen.get_element(reloaded, "pou/FlowTotal")["body"]["text"] == text
 
 
 def test_crlf_in_operation_text_is_stored_as_the_files_line_ending():
-    doc = plcopen.load(sample_bytes("openplc-Random_Generator_Pragma.xml"))
-    result = apply(doc, [{"op": "set_pou_body", "id": "pou/rand_generator", "language": "ST", "text": "a;\r\nb;\nc;"}])
+    doc = plcopen.load(fixture_bytes(PRAGMAS))
+    result = apply(doc, [{"op": "set_pou_body", "id": "pou/Uptime", "language": "ST", "text": "a;\r\nb;\nc;"}])
     out = plcopen.serialize(result.doc)
     assert b"<![CDATA[a;\r\nb;\r\nc;]]>" in out
-    assert plcopen.get_element(plcopen.load(out), "pou/rand_generator")["body"]["text"] == "a;\nb;\nc;"
+    assert plcopen.get_element(plcopen.load(out), "pou/Uptime")["body"]["text"] == "a;\nb;\nc;"
 
 
 def test_an_instance_names_the_program_as_written_in_the_file():
     result = apply(
-        first_steps(),
+        dosing_line(),
         [
             {
                 "op": "add_pou_instance",
-                "target": "config/config/resource/resource1",
+                "target": "config/Plant/resource/Cpu1",
                 "name": "second",
-                "type_name": "PLC_PRG",
+                "type_name": "LINEMAIN",
             }
         ],
     )
-    instance = plcopen.get_element(result.doc, "config/config/resource/resource1/instance/second")
-    assert instance["type_name"] == "plc_prg"
+    instance = plcopen.get_element(result.doc, "config/Plant/resource/Cpu1/instance/second")
+    assert instance["type_name"] == "LineMain"
 
 
 def test_a_batch_that_changes_nothing_returns_the_same_document_and_keeps_the_date():
-    doc = first_steps()
-    same = apply(doc, [{"op": "update_variable", "id": "config/config/var/ResetCounterValue", "initial_value": "17"}])
+    doc = dosing_line()
+    same = apply(doc, [{"op": "update_variable", "id": "config/Plant/var/PulsesPerLitre", "initial_value": "40"}])
     assert same.doc is doc and same.changed_ids == () and not same.changed
     assert apply(doc, []).doc is doc
 
 
 def test_an_aware_time_is_written_as_utc_to_the_second():
-    doc = first_steps()
+    doc = dosing_line()
     now = datetime(2030, 1, 1, 12, 0, 0, 123456, tzinfo=timezone(timedelta(hours=2)))
     result = apply(doc, [{"op": "add_pou", "name": "T1", "pou_type": "program"}], now=now)
     assert result.doc.root.find(plcopen.q("contentHeader")).get("modificationDateTime") == "2030-01-01T10:00:00"
@@ -486,28 +493,26 @@ def test_an_aware_time_is_written_as_utc_to_the_second():
 
 
 def test_operations_may_be_given_as_models():
-    op = operations.AddTask(
-        op="add_task", resource="config/config/resource/resource1", name="M", priority=1, interval="T#1s"
-    )
-    assert apply(first_steps(), [op]).changed_ids == ("config/config/resource/resource1/task/M",)
+    op = operations.AddTask(op="add_task", resource="config/Plant/resource/Cpu1", name="M", priority=1, interval="T#1s")
+    assert apply(dosing_line(), [op]).changed_ids == ("config/Plant/resource/Cpu1/task/M",)
 
 
 # --- refusals ---------------------------------------------------------------------------------------------
 
-VALID_FIRST = {"op": "add_variable", "scope": "pou/plc_prg", "section": "localVars", "name": "Fine", "type": "INT"}
+VALID_FIRST = {"op": "add_variable", "scope": "pou/LineMain", "section": "localVars", "name": "Fine", "type": "INT"}
 
 REFUSALS = {
     "bad identifier": (
-        {"op": "add_variable", "scope": "pou/plc_prg", "section": "localVars", "name": "1st", "type": "INT"},
+        {"op": "add_variable", "scope": "pou/LineMain", "section": "localVars", "name": "1st", "type": "INT"},
         "not an IEC identifier",
     ),
     "identifier with a space": ({"op": "add_pou", "name": "my pou", "pou_type": "program"}, "not an IEC identifier"),
     "double underscore": (
-        {"op": "add_variable", "scope": "config/config", "name": "a__b", "type": "INT"},
+        {"op": "add_variable", "scope": "config/Plant", "name": "a__b", "type": "INT"},
         "not an IEC identifier",
     ),
     "reserved word": (
-        {"op": "add_variable", "scope": "pou/plc_prg", "section": "localVars", "name": "end_if", "type": "INT"},
+        {"op": "add_variable", "scope": "pou/LineMain", "section": "localVars", "name": "end_if", "type": "INT"},
         "reserved word",
     ),
     "reserved enum value": ({"op": "add_data_type", "name": "Switch", "values": ["On", "Off"]}, "reserved word"),
@@ -516,63 +521,72 @@ REFUSALS = {
         "standard function or function block",
     ),
     "keyword as a type": (
-        {"op": "add_variable", "scope": "pou/plc_prg", "section": "localVars", "name": "A", "type": "WHILE"},
+        {"op": "add_variable", "scope": "pou/LineMain", "section": "localVars", "name": "A", "type": "WHILE"},
         "is not a type name",
     ),
     "duplicate variable in another section": (
-        {"op": "add_variable", "scope": "pou/plc_prg", "section": "tempVars", "name": "cnt1", "type": "INT"},
-        "already used in pou/plc_prg by variable Cnt1",
+        {"op": "add_variable", "scope": "pou/LineMain", "section": "tempVars", "name": "dosed", "type": "INT"},
+        "already used in pou/LineMain by variable Dosed",
     ),
     "duplicate within the batch": (
-        {"op": "add_variable", "scope": "pou/plc_prg", "section": "inputVars", "name": "FINE", "type": "BOOL"},
+        {"op": "add_variable", "scope": "pou/LineMain", "section": "inputVars", "name": "FINE", "type": "BOOL"},
         "by variable Fine",
     ),
     "duplicate config global": (
-        {"op": "add_variable", "scope": "config/config", "name": "resetcountervalue", "type": "INT"},
+        {"op": "add_variable", "scope": "config/Plant", "name": "pulsesperlitre", "type": "INT"},
         "already used",
     ),
-    "pou named like a pou": ({"op": "add_pou", "name": "COUNTERST", "pou_type": "program"}, "POU CounterST"),
-    "type named like a pou": ({"op": "add_data_type", "name": "plc_PRG", "base_type": "INT"}, "POU plc_prg"),
-    "rename onto a sibling": ({"op": "update_variable", "id": "pou/plc_prg/var/Cnt1", "name": "CNT2"}, "already used"),
+    "pou named like a pou": ({"op": "add_pou", "name": "FLOWTOTAL", "pou_type": "program"}, "POU FlowTotal"),
+    "type named like a pou": ({"op": "add_data_type", "name": "lineMAIN", "base_type": "INT"}, "POU LineMain"),
+    "rename onto a sibling": (
+        {"op": "update_variable", "id": "pou/LineMain/var/Dosed", "name": "CAPPED"},
+        "already used",
+    ),
     "variable named like its function": (
-        {"op": "add_variable", "scope": "pou/AverageVal", "section": "localVars", "name": "averageval", "type": "REAL"},
+        {
+            "op": "add_variable",
+            "scope": "pou/FillPercent",
+            "section": "localVars",
+            "name": "fillpercent",
+            "type": "REAL",
+        },
         "result variable",
     ),
     "variable named like an SFC step": (
-        {"op": "add_variable", "scope": "pou/CounterSFC", "section": "localVars", "name": "start", "type": "INT"},
+        {"op": "add_variable", "scope": "pou/RinseCycle", "section": "localVars", "name": "flush", "type": "INT"},
         "SFC step",
     ),
     "unknown POU for an instance": (
-        {"op": "add_pou_instance", "target": "config/config/resource/resource1", "name": "x", "type_name": "Nope"},
+        {"op": "add_pou_instance", "target": "config/Plant/resource/Cpu1", "name": "x", "type_name": "Nope"},
         "no POU named 'Nope'",
     ),
     "instance of a function block": (
-        {"op": "add_pou_instance", "target": "config/config/resource/resource1", "name": "x", "type_name": "CounterST"},
+        {"op": "add_pou_instance", "target": "config/Plant/resource/Cpu1", "name": "x", "type_name": "FlowTotal"},
         "programs only",
     ),
     "duplicate instance across tasks": (
         {
             "op": "add_pou_instance",
-            "target": "config/config/resource/resource1",
-            "name": "PLC_TASK_INSTANCE",
-            "type_name": "plc_prg",
+            "target": "config/Plant/resource/Cpu1",
+            "name": "LINE",
+            "type_name": "linemain",
         },
         "already used in the resource",
     ),
     "duplicate task": (
         {
             "op": "add_task",
-            "resource": "config/config/resource/resource1",
-            "name": "PLC_task",
+            "resource": "config/Plant/resource/Cpu1",
+            "name": "CYCLE",
             "priority": 1,
             "interval": "T#1s",
         },
-        "task plc_task",
+        "task Cycle",
     ),
     "type error": (
         {
             "op": "add_variable",
-            "scope": "pou/plc_prg",
+            "scope": "pou/LineMain",
             "section": "localVars",
             "name": "A",
             "type": "ARRAY[1..] OF INT",
@@ -580,7 +594,7 @@ REFUSALS = {
         "type of A",
     ),
     "unrepresentable type": (
-        {"op": "update_variable", "id": "pou/plc_prg/var/Cnt1", "type": "LTIME"},
+        {"op": "update_variable", "id": "pou/LineMain/var/Dosed", "type": "LTIME"},
         "no element in PLCopen TC6 2.01",
     ),
     "bad function return type": (
@@ -588,7 +602,7 @@ REFUSALS = {
         "return type",
     ),
     "bad initial value": (
-        {"op": "update_variable", "id": "pou/plc_prg/var/Cnt1", "initial_value": "[1, 2"},
+        {"op": "update_variable", "id": "pou/LineMain/var/Dosed", "initial_value": "[1, 2"},
         "initial value",
     ),
     "unknown scope": (
@@ -596,33 +610,33 @@ REFUSALS = {
         "no element with id 'pou/Nope'",
     ),
     "scope of the wrong kind": (
-        {"op": "add_variable", "scope": "config/config/resource/resource1/task/plc_task", "name": "A", "type": "INT"},
+        {"op": "add_variable", "scope": "config/Plant/resource/Cpu1/task/Cycle", "name": "A", "type": "INT"},
         "is a task",
     ),
     "missing section in a POU": (
-        {"op": "add_variable", "scope": "pou/plc_prg", "name": "A", "type": "INT"},
+        {"op": "add_variable", "scope": "pou/LineMain", "name": "A", "type": "INT"},
         "give the section",
     ),
     "local section in a configuration": (
-        {"op": "add_variable", "scope": "config/config", "section": "localVars", "name": "A", "type": "INT"},
+        {"op": "add_variable", "scope": "config/Plant", "section": "localVars", "name": "A", "type": "INT"},
         "only globalVars",
     ),
     "retain and constant": (
-        {"op": "add_variable", "scope": "config/config", "name": "A", "type": "INT", "retain": True, "constant": True},
+        {"op": "add_variable", "scope": "config/Plant", "name": "A", "type": "INT", "retain": True, "constant": True},
         "both CONSTANT and RETAIN",
     ),
     "retain in a constant section": (
-        {"op": "update_variable", "id": "config/config/var/ResetCounterValue", "retain": True},
+        {"op": "update_variable", "id": "config/Plant/var/PulsesPerLitre", "retain": True},
         "both CONSTANT and RETAIN",
     ),
     "graphical body": (
-        {"op": "set_pou_body", "id": "pou/CounterFBD", "language": "ST", "text": "x := 1;"},
+        {"op": "set_pou_body", "id": "pou/LabelGate", "language": "ST", "text": "x := 1;"},
         "has a FBD body",
     ),
     "bad interval": (
         {
             "op": "add_task",
-            "resource": "config/config/resource/resource1",
+            "resource": "config/Plant/resource/Cpu1",
             "name": "T",
             "priority": 1,
             "interval": "10ms",
@@ -630,26 +644,26 @@ REFUSALS = {
         "TIME literal",
     ),
     "address without %": (
-        {"op": "update_variable", "id": "pou/plc_prg/var/Cnt1", "address": "QX0.0"},
+        {"op": "update_variable", "id": "pou/LineMain/var/Dosed", "address": "QX0.0"},
         "located address",
     ),
     "type based on itself": ({"op": "add_data_type", "name": "Loop", "base_type": "loop"}, "based on itself"),
     "duplicate enum value": ({"op": "add_data_type", "name": "E", "values": ["A", "a"]}, "enum E"),
     "control character": (
-        {"op": "update_variable", "id": "pou/plc_prg/var/Cnt1", "documentation": "bell \x07"},
+        {"op": "update_variable", "id": "pou/LineMain/var/Dosed", "documentation": "bell \x07"},
         "XML cannot store",
     ),
     "two fields in one update": (
-        {"op": "update_variable", "id": "pou/plc_prg/var/Cnt1", "name": "A", "type": "INT"},
+        {"op": "update_variable", "id": "pou/LineMain/var/Dosed", "name": "A", "type": "INT"},
         "exactly one of",
     ),
-    "unknown field": ({"op": "remove_pou", "id": "pou/plc_prg", "force": True}, "force: Extra inputs"),
-    "unknown operation": ({"op": "force_variable", "id": "pou/plc_prg/var/Cnt1"}, "does not match"),
+    "unknown field": ({"op": "remove_pou", "id": "pou/LineMain", "force": True}, "force: Extra inputs"),
+    "unknown operation": ({"op": "force_variable", "id": "pou/LineMain/var/Dosed"}, "does not match"),
     "function without a return type": ({"op": "add_pou", "name": "F", "pou_type": "function"}, "needs a return_type"),
     "priority out of range": (
         {
             "op": "add_task",
-            "resource": "config/config/resource/resource1",
+            "resource": "config/Plant/resource/Cpu1",
             "name": "T",
             "priority": 70000,
             "interval": "T#1s",
@@ -659,7 +673,7 @@ REFUSALS = {
     "string where an integer belongs": (
         {
             "op": "add_task",
-            "resource": "config/config/resource/resource1",
+            "resource": "config/Plant/resource/Cpu1",
             "name": "T",
             "priority": "1",
             "interval": "T#1s",
@@ -671,7 +685,7 @@ REFUSALS = {
 
 @pytest.mark.parametrize("case", list(REFUSALS))
 def test_a_refused_operation_is_named_by_index_and_leaves_the_document_untouched(case):
-    raw = sample_bytes("beremiz-first_steps.xml")
+    raw = fixture_bytes(MAIN)
     doc = plcopen.load(raw)
     bad, reason = REFUSALS[case]
     with pytest.raises(OperationRefused) as refused:
@@ -681,17 +695,17 @@ def test_a_refused_operation_is_named_by_index_and_leaves_the_document_untouched
     assert reason in refused.value.reason
     assert str(refused.value).startswith("operation 1")
     assert plcopen.serialize(doc) == raw
-    assert "pou/plc_prg/var/fine" not in doc.index.by_id
+    assert "pou/linemain/var/fine" not in doc.index.by_id
 
 
 def test_an_input_that_was_already_invalid_is_not_blamed_on_the_operation():
-    raw = sample_bytes("iec-checker-example.xml")
+    raw = fixture_bytes(INVALID)
     doc = plcopen.load(raw)
     with pytest.raises(OperationRefused) as refused:
         apply(doc, [{"op": "add_pou", "name": "P", "pou_type": "program"}])
     assert refused.value.index is None
-    assert "already invalid" in refused.value.reason and "line 9" in refused.value.reason
-    assert len(refused.value.schema_errors) == 33
+    assert "already invalid" in refused.value.reason and "line 8" in refused.value.reason
+    assert len(refused.value.schema_errors) == 23
     assert plcopen.serialize(doc) == plcopen.serialize(plcopen.load(raw))
 
 
@@ -702,10 +716,10 @@ def test_a_result_the_schema_rejects_is_refused_naming_the_operation_that_broke_
         return ["pou/x"]
 
     monkeypatch.setitem(operations._HANDLERS, operations.RemovePou, broken_remove_pou)
-    raw = sample_bytes("beremiz-first_steps.xml")
+    raw = fixture_bytes(MAIN)
     doc = plcopen.load(raw)
     with pytest.raises(OperationRefused) as refused:
-        apply(doc, [VALID_FIRST, VALID_FIRST | {"name": "Fine2"}, {"op": "remove_pou", "id": "pou/plc_prg"}])
+        apply(doc, [VALID_FIRST, VALID_FIRST | {"name": "Fine2"}, {"op": "remove_pou", "id": "pou/LineMain"}])
     assert refused.value.index == 2
     assert "would not be valid against the TC6 2.01 schema" in refused.value.reason
     assert refused.value.schema_errors and refused.value.schema_errors[0].line > 0

@@ -1,4 +1,4 @@
-"""Loading, validating, writing and reading PLCopen TC6 2.01 projects (projects.plcopen), over every sample."""
+"""Loading, validating, writing and reading PLCopen TC6 2.01 projects (projects.plcopen), over every fixture."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from lxml import etree
 
 from projects import plcopen
 from projects.plcopen import ElementNotFound, ProjectFormatError
-from tests.projects.conftest import INVALID_SAMPLES, sample_bytes, sample_params
+from tests.projects.conftest import INVALID, INVALID_FIXTURES, MAIN, PRAGMAS, fixture_bytes, fixture_params
 
 MINIMAL = """<?xml version='1.0' encoding='utf-8'?>
 <project xmlns:xhtml="http://www.w3.org/1999/xhtml" xmlns="http://www.plcopen.org/xml/tc6_0201">
@@ -51,16 +51,18 @@ def minimal(pous: str = "") -> bytes:
 # --- round trip -------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", sample_params())
-def test_export_of_an_unchanged_sample_is_byte_identical_or_only_loses_whitespace_inside_tags(path):
+@pytest.mark.parametrize("path", fixture_params())
+def test_export_of_an_unchanged_fixture_is_byte_identical_or_only_loses_whitespace_inside_tags(path):
     raw = path.read_bytes()
     out = plcopen.serialize(plcopen.load(raw))
-    if path.name not in INVALID_SAMPLES:
+    if path.name not in INVALID_FIXTURES:
         assert out == raw
         return
 
-    # The hand-written iec-checker file breaks attributes over lines and writes `<x />`; XML does not keep
+    # The hand-written invalid fixture breaks attributes over lines and writes `<x />`; XML does not keep
     # whitespace inside a tag, so only that changes. Everything between tags comes back as it was.
+    assert out != raw
+
     def between_tags(data: bytes) -> str:
         return re.sub(r"<[^>]*>", "<>", data.decode())
 
@@ -70,13 +72,13 @@ def test_export_of_an_unchanged_sample_is_byte_identical_or_only_loses_whitespac
     )
 
 
-@pytest.mark.parametrize("path", sample_params())
+@pytest.mark.parametrize("path", fixture_params())
 def test_re_export_is_stable(path):
     once = plcopen.serialize(plcopen.load(path.read_bytes()))
     assert plcopen.serialize(plcopen.load(once)) == once
 
 
-@pytest.mark.parametrize("path", sample_params())
+@pytest.mark.parametrize("path", fixture_params())
 def test_the_line_ending_and_declaration_of_the_file_are_kept(path):
     raw = path.read_bytes()
     doc = plcopen.load(raw)
@@ -160,15 +162,15 @@ def test_utf16_files_are_refused_with_a_hint():
 # --- schema validation ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", sample_params(valid_only=True))
-def test_the_valid_samples_validate(path):
+@pytest.mark.parametrize("path", fixture_params(valid_only=True))
+def test_the_valid_fixtures_validate(path):
     assert plcopen.validate(plcopen.load(path.read_bytes())) == []
 
 
-def test_the_iec_checker_sample_is_reported_invalid_with_lines_and_messages():
-    raw = sample_bytes("iec-checker-example.xml")
+def test_the_invalid_fixture_is_reported_invalid_with_lines_and_messages():
+    raw = fixture_bytes(INVALID)
     errors = plcopen.validate(plcopen.load(raw))
-    assert len(errors) == 33
+    assert len(errors) == 23
     lines = raw.decode().splitlines()
     assert all(0 < error.line <= len(lines) and error.message for error in errors)
     date_error = next(error for error in errors if "creationDateTime" in error.message)
@@ -187,7 +189,7 @@ def test_validation_of_an_edited_tree_reports_lines_of_the_written_file():
 # --- ids and the index ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", sample_params())
+@pytest.mark.parametrize("path", fixture_params())
 def test_get_element_reads_the_same_with_or_without_a_built_index(path):
     indexed = plcopen.load(path.read_bytes())
     fresh = plcopen.load(path.read_bytes())
@@ -197,7 +199,7 @@ def test_get_element_reads_the_same_with_or_without_a_built_index(path):
     assert "index" not in fresh.__dict__
 
 
-@pytest.mark.parametrize("path", sample_params())
+@pytest.mark.parametrize("path", fixture_params())
 def test_every_indexed_id_resolves_case_insensitively_and_reads_back(path):
     doc = plcopen.load(path.read_bytes())
     for entry in doc.index.entries:
@@ -212,20 +214,21 @@ def test_every_indexed_id_resolves_case_insensitively_and_reads_back(path):
 
 
 def test_ids_follow_the_documented_paths():
-    doc = plcopen.load(sample_bytes("beremiz-python.xml"))
+    doc = plcopen.load(fixture_bytes("batch_records.xml"))
     ids = {entry.id for entry in doc.index.entries}
     assert {
-        "pou/main_pytest",
-        "pou/main_pytest/var/mux1_sel",
-        "type/CPLX_TYPE",
-        "config/config",
-        "config/config/resource/res_pytest",
-        "config/config/resource/res_pytest/var/TOTO",
-        "config/config/resource/res_pytest/task/pytest_task",
-        "config/config/resource/res_pytest/instance/pytest_instance",
+        "pou/BatchMain",
+        "pou/BatchMain/var/Operator",
+        "type/Reading",
+        "config/Cellar",
+        "config/Cellar/var/Alarmed",
+        "config/Cellar/resource/Plc1",
+        "config/Cellar/resource/Plc1/var/Ambient",
+        "config/Cellar/resource/Plc1/task/Slow",
+        "config/Cellar/resource/Plc1/instance/Batch",
     } <= ids
-    wx = plcopen.load(sample_bytes("beremiz-wxHMI.xml"))
-    assert plcopen.entry_for(wx, "CONFIG/config/resource/resource1/task/controltask/instance/maininstance")
+    tasks = plcopen.load(fixture_bytes("conveyor_tasks.xml"))
+    assert plcopen.entry_for(tasks, "CONFIG/conveyor/resource/line/task/control/instance/SORTER")
 
 
 def test_an_unknown_id_is_not_found():
@@ -239,19 +242,26 @@ def test_an_unknown_id_is_not_found():
 
 
 def test_overview_counts_by_kind_pou_type_and_language():
-    doc = plcopen.load(sample_bytes("beremiz-first_steps.xml"))
+    doc = plcopen.load(fixture_bytes(MAIN))
     result = plcopen.overview(doc)
-    assert result["name"] == "First Steps"
+    assert result["name"] == "Dosing Line"
     counts = result["counts"]
     assert counts["pous"] == 7
     assert counts["pous_by_type"] == {"function": 1, "functionBlock": 5, "program": 1}
     assert counts["pous_by_language"] == {"FBD": 2, "IL": 1, "LD": 1, "SFC": 1, "ST": 2}
     assert (counts["configurations"], counts["resources"], counts["tasks"], counts["instances"]) == (1, 1, 1, 1)
-    assert counts["variables"] == sum(counts["variables_by_section"].values()) == 39
+    assert counts["variables"] == sum(counts["variables_by_section"].values()) == 42
+    assert counts["variables_by_section"] == {
+        "externalVars": 2,
+        "globalVars": 2,
+        "inputVars": 12,
+        "localVars": 14,
+        "outputVars": 12,
+    }
 
 
-@pytest.mark.parametrize("path", sample_params())
-def test_overview_of_every_sample_is_json_and_consistent(path):
+@pytest.mark.parametrize("path", fixture_params())
+def test_overview_of_every_fixture_is_json_and_consistent(path):
     doc = plcopen.load(path.read_bytes())
     counts = plcopen.overview(doc)["counts"]
     assert counts["pous"] == sum(counts["pous_by_type"].values()) == sum(counts["pous_by_language"].values())
@@ -259,18 +269,19 @@ def test_overview_of_every_sample_is_json_and_consistent(path):
 
 
 def test_find_matches_name_type_and_documentation_case_insensitively():
-    doc = plcopen.load(sample_bytes("beremiz-first_steps.xml"))
-    by_name = plcopen.find(doc, text="resetcounter")["items"]
-    assert {item["id"] for item in by_name} >= {"config/config/var/ResetCounterValue"}
-    by_doc = plcopen.find(doc, text="КОЛИЧЕСТВО")["items"]  # Cyrillic documentation of InputsNumber
-    assert [item["id"] for item in by_doc] == ["pou/AverageVal/var/InputsNumber"]
+    doc = plcopen.load(fixture_bytes(MAIN))
+    by_name = plcopen.find(doc, text="perlitre")["items"]
+    assert {item["id"] for item in by_name} >= {"config/Plant/var/PulsesPerLitre"}
+    by_doc = plcopen.find(doc, text="ЗАПОЛНЕНИЯ")["items"]  # Cyrillic documentation of Share
+    assert [item["id"] for item in by_doc] == ["pou/FillPercent/var/Share"]
     by_type = plcopen.find(doc, kind="variable", type="real")["items"]
-    assert by_type and all(item["type"] == "REAL" for item in by_type)
+    assert [item["id"] for item in by_type] == ["pou/FillPercent/var/Share", "pou/LineMain/var/Progress"]
+    assert all(item["type"] == "REAL" for item in by_type)
     programs = plcopen.find(doc, kind="pou", type="program")["items"]
-    assert [item["id"] for item in programs] == ["pou/plc_prg"]
+    assert [item["id"] for item in programs] == ["pou/LineMain"]
 
 
-@pytest.mark.parametrize("path", sample_params())
+@pytest.mark.parametrize("path", fixture_params())
 def test_find_pages_through_everything_with_cursors(path):
     doc = plcopen.load(path.read_bytes())
     everything = [entry.id for entry in doc.index.entries]
@@ -298,32 +309,35 @@ def test_limits_above_the_maximum_are_refused_naming_it():
 
 
 def test_bad_or_foreign_cursors_are_refused():
-    doc = plcopen.load(sample_bytes("beremiz-first_steps.xml"))
-    cursor = plcopen.find(doc, text="cnt", limit=1)["next_cursor"]
+    doc = plcopen.load(fixture_bytes(MAIN))
+    cursor = plcopen.find(doc, text="clear", limit=1)["next_cursor"]
     assert cursor
     with pytest.raises(ValueError, match="different query"):
-        plcopen.find(doc, text="reset", limit=1, cursor=cursor)
+        plcopen.find(doc, text="pulse", limit=1, cursor=cursor)
     with pytest.raises(ValueError, match="another kind"):
         plcopen.list_variables(doc, cursor=cursor)
     with pytest.raises(ValueError, match="not valid"):
-        plcopen.find(doc, text="cnt", cursor="!!not-base64!!")
+        plcopen.find(doc, text="clear", cursor="!!not-base64!!")
     with pytest.raises(ValueError, match="unknown kind"):
         plcopen.find(doc, kind="banana")
 
 
 def test_list_variables_by_scope_and_section_with_a_cursor():
-    doc = plcopen.load(sample_bytes("beremiz-first_steps.xml"))
-    first = plcopen.list_variables(doc, scope="POU/PLC_PRG", section="outputvars", limit=3)
-    assert [item["name"] for item in first["items"]] == ["Cnt1", "Cnt2", "Cnt3"]
-    rest = plcopen.list_variables(doc, scope="pou/plc_prg", section="outputVars", cursor=first["next_cursor"])
-    assert [item["name"] for item in rest["items"]] == ["Cnt4", "Cnt5"]
+    doc = plcopen.load(fixture_bytes(MAIN))
+    first = plcopen.list_variables(doc, scope="POU/LINEMAIN", section="outputvars", limit=3)
+    assert [item["name"] for item in first["items"]] == ["Dosed", "Capped", "Labelled"]
+    rest = plcopen.list_variables(doc, scope="pou/linemain", section="outputVars", cursor=first["next_cursor"])
+    assert [item["name"] for item in rest["items"]] == ["Vented", "Rinsed"]
     assert rest["next_cursor"] is None
-    globals_ = plcopen.list_variables(doc, scope="config/config")["items"]
-    assert [(v["name"], v["constant"], v["initial_value"]) for v in globals_] == [("ResetCounterValue", True, "17")]
+    globals_ = plcopen.list_variables(doc, scope="config/plant")["items"]
+    assert [(v["name"], v["constant"], v["initial_value"]) for v in globals_] == [
+        ("PulsesPerLitre", True, "40"),
+        ("TurnsPerCap", True, "6"),
+    ]
     every = plcopen.list_variables(doc, limit=200)["items"]
     assert len(every) == plcopen.overview(doc)["counts"]["variables"]
     with pytest.raises(ValueError, match="a scope is a POU"):
-        plcopen.list_variables(doc, scope="config/config/resource/resource1/task/plc_task")
+        plcopen.list_variables(doc, scope="config/Plant/resource/Cpu1/task/Cycle")
     with pytest.raises(ValueError, match="unknown section"):
         plcopen.list_variables(doc, section="VAR")
 
@@ -332,18 +346,19 @@ def test_list_variables_by_scope_and_section_with_a_cursor():
 
 
 def test_a_pou_comes_with_its_interface_and_st_body():
-    doc = plcopen.load(sample_bytes("beremiz-first_steps.xml"))
-    pou = plcopen.get_element(doc, "pou/averageval")
+    doc = plcopen.load(fixture_bytes(MAIN))
+    pou = plcopen.get_element(doc, "pou/fillpercent")
     assert pou["pou_type"] == "function"
     assert pou["interface"]["return_type"] == "REAL"
     assert [s["section"] for s in pou["interface"]["sections"]] == ["inputVars", "localVars"]
-    assert pou["body"]["language"] == "ST" and pou["body"]["text"].startswith("AverageVal := ")
+    assert pou["body"]["language"] == "ST" and pou["body"]["text"].startswith("Share := INT_TO_REAL(Filled)")
+    assert pou["body"]["text"].endswith("FillPercent := Share * 100.0;")
     assert pou["body"]["truncated"] is False and pou["body"]["next_cursor"] is None
 
 
 def test_a_graphical_body_is_named_not_rendered():
-    doc = plcopen.load(sample_bytes("beremiz-first_steps.xml"))
-    for pou_id, language in (("pou/CounterFBD", "FBD"), ("pou/CounterLD", "LD"), ("pou/CounterSFC", "SFC")):
+    doc = plcopen.load(fixture_bytes(MAIN))
+    for pou_id, language in (("pou/LabelGate", "FBD"), ("pou/ReliefValve", "LD"), ("pou/RinseCycle", "SFC")):
         body = plcopen.get_element(doc, pou_id)["body"]
         assert body["language"] == language and body["rendered"] is False and "text" not in body
         assert body["objects"] > 0
@@ -370,9 +385,11 @@ def test_a_long_body_continues_with_its_cursor_until_complete():
 
 
 def test_a_crlf_body_reads_with_lf_line_ends():
-    doc = plcopen.load(sample_bytes("openplc-Random_Generator_Pragma.xml"))
-    text = plcopen.get_element(doc, "pou/rand_generator")["body"]["text"]
-    assert "\r" not in text and "{" in text and "(*" in text
+    raw = fixture_bytes(PRAGMAS)
+    assert b"\r\n" in raw
+    doc = plcopen.load(raw)
+    text = plcopen.get_element(doc, "pou/uptime")["body"]["text"]
+    assert "\r" not in text and "\n" in text and "{" in text and "(*" in text
 
 
 def test_a_large_interface_is_listed_up_to_its_limit():
@@ -386,29 +403,60 @@ def test_a_large_interface_is_listed_up_to_its_limit():
 
 
 def test_a_variable_reads_with_type_value_address_and_flags():
-    doc = plcopen.load(sample_bytes("beremiz-mqtt_ssl.xml"))
-    assert plcopen.get_element(doc, "pou/program0/var/LocalVar0")["address"] == "%ID3.1"
-    doc = plcopen.load(sample_bytes("beremiz-python.xml"))
-    variable = plcopen.get_element(doc, "pou/main_pytest/var/mux1_sel")
-    assert (variable["type"], variable["initial_value"], variable["documentation"]) == ("INT", "3", "blah")
+    doc = plcopen.load(fixture_bytes("press_io.xml"))
+    assert plcopen.get_element(doc, "pou/PressCell/var/Force")["address"] == "%ID2.4"
+    assert plcopen.get_element(doc, "pou/PressCell/var/Feedback")["address"] == "%I5.0"
+    doc = plcopen.load(fixture_bytes("batch_records.xml"))
+    variable = plcopen.get_element(doc, "pou/BatchMain/var/Operator")
+    assert (variable["type"], variable["initial_value"], variable["documentation"]) == (
+        "STRING",
+        "'nobody'",
+        "Who started the batch; set from the panel.",
+    )
     assert (variable["section"], variable["retain"], variable["constant"]) == ("localVars", False, False)
+    assert plcopen.get_element(doc, "pou/BatchMain/var/Limits")["initial_value"] == "[0.0, 2(95.5)]"
+    assert plcopen.get_element(doc, "pou/BatchMain/var/Setpoint")["initial_value"] == "(Value := 72.5, Valid := TRUE)"
+    assert plcopen.get_element(doc, "config/Cellar/var/Batches")["retain"] is True
+    doc = plcopen.load(fixture_bytes("signal_tower.xml"))
+    lamp = plcopen.get_element(doc, "pou/SignalTower/var/Green")
+    assert (lamp["address"], lamp["documentation"]) == ("%QX0.2", "Grüne Leuchte: ungestörter Betrieb.")
 
 
 def test_tasks_instances_and_types_read_back():
-    doc = plcopen.load(sample_bytes("beremiz-wxHMI.xml"))
-    task = plcopen.get_element(doc, "config/config/resource/resource1/task/InitOneShot")
-    assert (task["single"], task["interval"], task["priority"]) == ("Initialize", None, "0")
-    assert [i["type_name"] for i in task["instances"]] == ["Declarations"]
-    resource = plcopen.get_element(doc, "config/config/resource/resource1")
-    assert [t["name"] for t in resource["tasks"]] == ["InitOneShot", "ControlTask", "GUIupdate"]
-    doc = plcopen.load(sample_bytes("beremiz-python.xml"))
-    assert plcopen.get_element(doc, "type/blups")["type"] == "ARRAY[0..31] OF CPLX_TYPE"
-    enum = plcopen.get_element(doc, "type/StateMachine")
-    assert (enum["type_kind"], [v["name"] for v in enum["values"]]) == ("enum", ["STANDBY", "START", "STOP"])
-    struct = plcopen.get_element(doc, "type/CPLX_TYPE")
-    assert [(m["name"], m["type"]) for m in struct["members"]] == [("FIRSTBYTE", "SINT"), ("SECONDBYTE", "SINT")]
-    instance = plcopen.get_element(doc, "config/config/resource/res_pytest/instance/pytest_instance")
-    assert (instance["type_name"], instance["task"]) == ("main_pytest", None)
+    doc = plcopen.load(fixture_bytes("conveyor_tasks.xml"))
+    task = plcopen.get_element(doc, "config/Conveyor/resource/Line/task/OnBoot")
+    assert (task["single"], task["interval"], task["priority"]) == ("Boot", None, "0")
+    assert [i["type_name"] for i in task["instances"]] == ["Startup"]
+    resource = plcopen.get_element(doc, "config/Conveyor/resource/Line")
+    assert [t["name"] for t in resource["tasks"]] == ["OnBoot", "Control", "Report"]
+    assert resource["global_variable_count"] == 2
+    configuration = plcopen.get_element(doc, "config/Conveyor")
+    assert ([r["name"] for r in configuration["resources"]], configuration["global_variable_count"]) == (
+        ["Line", "Panel"],
+        1,
+    )
+    doc = plcopen.load(fixture_bytes("batch_records.xml"))
+    assert plcopen.get_element(doc, "type/ReadingLog")["type"] == "ARRAY[1..24] OF Reading"
+    enum = plcopen.get_element(doc, "type/BatchState")
+    assert (enum["type_kind"], [v["name"] for v in enum["values"]]) == ("enum", ["Empty", "Filling", "Holding"])
+    struct = plcopen.get_element(doc, "type/Reading")
+    assert [(m["name"], m["type"]) for m in struct["members"]] == [
+        ("Value", "REAL"),
+        ("Stamp", "DT"),
+        ("Valid", "BOOL"),
+    ]
+    alias = plcopen.get_element(doc, "type/Alarm")
+    assert (alias["type_kind"], alias["type"], alias["initial_value"]) == ("alias", "BOOL", "FALSE")
+    assert plcopen.get_element(doc, "type/Percent")["type"] == "USINT(0..100)"
+    instance = plcopen.get_element(doc, "config/Cellar/resource/Plc1/instance/Batch")
+    assert (instance["type_name"], instance["task"]) == ("BatchMain", None)
+    assert plcopen.get_element(doc, "config/Cellar/resource/Plc1/task/Slow")["instances"] == []
+    nested = plcopen.get_element(plcopen.load(fixture_bytes("press_io.xml")), "type/Stroke")
+    assert [(m["name"], m["type"]) for m in nested["members"]] == [
+        ("Depth", "DINT"),
+        ("Limits", "Window"),
+        ("Spare", "WindowPair"),
+    ]
 
 
 # --- type and value strings -------------------------------------------------------------------------------

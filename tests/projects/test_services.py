@@ -1,4 +1,4 @@
-"""Registering projects (projects.services): import and bind of every sample, the refusals and what they
+"""Registering projects (projects.services): import and bind of every fixture, the refusals and what they
 leave behind (nothing), paths that escape the projects root, external changes found on the next read, and
 export of an unchanged file."""
 
@@ -14,16 +14,15 @@ from projects import reads
 from projects.files import PathOutsideRoot
 from projects.models import Project
 from projects.services import ProjectRefused, do_bind_project, do_import_project, export_bytes
-from tests.projects.conftest import sample_bytes, sample_params
+from tests.projects.conftest import INVALID, MAIN, SMALL, fixture_bytes, fixture_params
 
 pytestmark = pytest.mark.django_db
 
-STEPS = "beremiz-first_steps.xml"
-INVALID = "iec-checker-example.xml"
-# The first schema error libxml2 reports for the invalid sample (its fileHeader, line 9 of the file).
+STEPS = MAIN
+# The first schema error libxml2 reports for the invalid fixture (its fileHeader, line 8 of the file).
 FIRST_SCHEMA_ERROR = (
-    "line 9: Element '{http://www.plcopen.org/xml/tc6_0201}fileHeader', attribute 'creationDateTime': "
-    "'2006-09-07 18:52:43' is not a valid value of the atomic type 'xs:dateTime'."
+    "line 8: Element '{http://www.plcopen.org/xml/tc6_0201}fileHeader', attribute 'creationDateTime': "
+    "'2011-04-18 07:45:10' is not a valid value of the atomic type 'xs:dateTime'."
 )
 SECRET = "forge-xxe-canary-7d1f"
 
@@ -33,8 +32,8 @@ def _projects_root(root: Path) -> Path:
     return root
 
 
-def import_sample(name: str = STEPS, slug: str = "steps") -> Project:
-    return do_import_project(sample_bytes(name), slug=slug, acting_user="tests")
+def import_fixture(name: str = STEPS, slug: str = "steps") -> Project:
+    return do_import_project(fixture_bytes(name), slug=slug, acting_user="tests")
 
 
 def registered_events() -> list[AuditEvent]:
@@ -54,28 +53,28 @@ def assert_nothing_registered(root: Path) -> None:
 # --- import ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("sample", sample_params(valid_only=True))
-def test_importing_a_valid_sample_writes_slug_xml_under_the_root_with_identical_bytes(root, sample):
-    do_import_project(sample.read_bytes(), slug="plant", acting_user="tests")
+@pytest.mark.parametrize("fixture", fixture_params(valid_only=True))
+def test_importing_a_valid_fixture_writes_slug_xml_under_the_root_with_identical_bytes(root, fixture):
+    do_import_project(fixture.read_bytes(), slug="plant", acting_user="tests")
 
     assert files_under(root) == [root / "plant.xml"]
-    assert (root / "plant.xml").read_bytes() == sample.read_bytes()
+    assert (root / "plant.xml").read_bytes() == fixture.read_bytes()
 
 
-@pytest.mark.parametrize("sample", sample_params(valid_only=True))
-def test_importing_a_valid_sample_registers_it_at_revision_1_with_the_files_fingerprint(sample):
-    do_import_project(sample.read_bytes(), slug="plant", acting_user="tests")
+@pytest.mark.parametrize("fixture", fixture_params(valid_only=True))
+def test_importing_a_valid_fixture_registers_it_at_revision_1_with_the_files_fingerprint(fixture):
+    do_import_project(fixture.read_bytes(), slug="plant", acting_user="tests")
 
     project = Project.objects.get()
     assert project.slug == "plant"
     assert project.path == "plant.xml"
     assert project.accepted_revision == 1
-    assert project.fingerprint == hashlib.sha256(sample.read_bytes()).hexdigest()
+    assert project.fingerprint == hashlib.sha256(fixture.read_bytes()).hexdigest()
 
 
-@pytest.mark.parametrize("sample", sample_params(valid_only=True))
-def test_importing_a_valid_sample_writes_one_project_registered_audit_row(sample):
-    do_import_project(sample.read_bytes(), slug="plant", acting_user="olivia")
+@pytest.mark.parametrize("fixture", fixture_params(valid_only=True))
+def test_importing_a_valid_fixture_writes_one_project_registered_audit_row(fixture):
+    do_import_project(fixture.read_bytes(), slug="plant", acting_user="olivia")
 
     [event] = registered_events()
     assert event.project == "plant"
@@ -84,31 +83,35 @@ def test_importing_a_valid_sample_writes_one_project_registered_audit_row(sample
     assert event.arguments == {
         "how": "import",
         "path": "plant.xml",
-        "fingerprint": hashlib.sha256(sample.read_bytes()).hexdigest(),
+        "fingerprint": hashlib.sha256(fixture.read_bytes()).hexdigest(),
     }
 
 
 def test_an_imported_project_is_named_after_its_content_header_by_default():
-    assert import_sample().name == "First Steps"
+    assert import_fixture().name == "Dosing Line"
+
+
+def test_an_imported_iso_8859_1_project_is_named_after_its_decoded_content_header():
+    assert import_fixture("signal_tower.xml", slug="tower").name == "Signalsäule Halle 2"
 
 
 def test_an_imported_project_takes_the_name_it_is_given():
-    project = do_import_project(sample_bytes(STEPS), slug="steps", name="Line 3 press", acting_user="tests")
+    project = do_import_project(fixture_bytes(STEPS), slug="steps", name="Line 3 press", acting_user="tests")
 
     assert project.name == "Line 3 press"
 
 
 def test_importing_a_schema_invalid_file_is_refused_naming_the_line_and_the_schema_message():
     with pytest.raises(ProjectRefused) as refused:
-        do_import_project(sample_bytes(INVALID), slug="checker", acting_user="tests")
+        do_import_project(fixture_bytes(INVALID), slug="checker", acting_user="tests")
 
     assert FIRST_SCHEMA_ERROR in str(refused.value)
-    assert "(and 32 more)" in str(refused.value)
+    assert "(and 22 more)" in str(refused.value)
 
 
 def test_a_refused_schema_invalid_import_writes_and_registers_nothing(root):
     with pytest.raises(ProjectRefused):
-        do_import_project(sample_bytes(INVALID), slug="checker", acting_user="tests")
+        do_import_project(fixture_bytes(INVALID), slug="checker", acting_user="tests")
 
     assert_nothing_registered(root)
 
@@ -124,17 +127,17 @@ def secret_file(tmp_path) -> Path:
 def _xxe_project(secret_file: Path) -> bytes:
     # A valid project apart from the DOCTYPE, whose external entity would pull a local file into a
     # POU's documentation (a place where any text is schema-valid).
-    project = sample_bytes(STEPS).decode()
+    project = fixture_bytes(STEPS).decode()
     declaration, _, rest = project.partition("?>")
     doctype = f'<!DOCTYPE project [<!ENTITY canary SYSTEM "file://{secret_file}">]>'
-    documentation = "<xhtml:p><![CDATA[Количество входных значений]]></xhtml:p>"
+    documentation = "<xhtml:p><![CDATA[Доля заполнения бутылки: от нуля (пусто) до единицы (полно).]]></xhtml:p>"
     assert documentation in rest
     return f"{declaration}?>{doctype}{rest.replace(documentation, '<xhtml:p>&canary;</xhtml:p>', 1)}".encode()
 
 
 NOT_PLCOPEN = {
     "tc6-2.0-namespace": (
-        lambda _secret_file: sample_bytes(STEPS).replace(
+        lambda _secret_file: fixture_bytes(STEPS).replace(
             b"http://www.plcopen.org/xml/tc6_0201", b"http://www.plcopen.org/xml/tc6_0200"
         ),
         "PLCopen TC6 XML 2.0",
@@ -145,7 +148,7 @@ NOT_PLCOPEN = {
         "not a PLCopen TC6 XML 2.01 <project>",
     ),
     "doctype-with-external-entity": (_xxe_project, "DOCTYPE"),
-    "utf-16": (lambda _secret_file: sample_bytes(STEPS).decode().encode("utf-16"), "UTF-16"),
+    "utf-16": (lambda _secret_file: fixture_bytes(STEPS).decode().encode("utf-16"), "UTF-16"),
     "empty": (lambda _secret_file: b"", "not well-formed XML"),
 }
 
@@ -175,20 +178,20 @@ def test_an_xxe_attempt_does_not_leak_the_entitys_file_into_the_refusal(secret_f
 
 
 def test_importing_under_a_slug_that_is_taken_is_refused():
-    import_sample(STEPS, slug="line")
+    import_fixture(STEPS, slug="line")
 
     with pytest.raises(ProjectRefused, match="a project with the slug 'line' exists already"):
-        import_sample("beremiz-mqtt_ssl.xml", slug="line")
+        import_fixture(SMALL, slug="line")
 
 
 def test_a_refused_duplicate_slug_import_leaves_the_first_project_and_its_file_alone(root):
-    first = import_sample(STEPS, slug="line")
+    first = import_fixture(STEPS, slug="line")
 
     with pytest.raises(ProjectRefused):
-        import_sample("beremiz-mqtt_ssl.xml", slug="line")
+        import_fixture(SMALL, slug="line")
 
     assert list(Project.objects.all()) == [first]
-    assert (root / "line.xml").read_bytes() == sample_bytes(STEPS)
+    assert (root / "line.xml").read_bytes() == fixture_bytes(STEPS)
     assert len(registered_events()) == 1
 
 
@@ -196,7 +199,7 @@ def test_importing_over_an_unregistered_file_of_the_same_name_is_refused_and_kee
     (root / "line.xml").write_bytes(b"someone else's file")
 
     with pytest.raises(ProjectRefused, match="exists already; bind it instead"):
-        import_sample(STEPS, slug="line")
+        import_fixture(STEPS, slug="line")
 
     assert (root / "line.xml").read_bytes() == b"someone else's file"
     assert not Project.objects.exists()
@@ -206,7 +209,7 @@ def test_importing_over_an_unregistered_file_of_the_same_name_is_refused_and_kee
 def test_importing_under_a_slug_that_is_not_a_slug_is_refused_and_writes_nothing(root, slug):
     # The slug names the project in URLs, tool arguments and the file name: letters, digits, - and _.
     with pytest.raises(ProjectRefused):
-        do_import_project(sample_bytes(STEPS), slug=slug, acting_user="tests")
+        do_import_project(fixture_bytes(STEPS), slug=slug, acting_user="tests")
 
     assert_nothing_registered(root)
 
@@ -217,7 +220,7 @@ def test_importing_under_a_slug_that_is_not_a_slug_is_refused_and_writes_nothing
 def place(root: Path, relative: str, name: str = STEPS) -> Path:
     target = root / relative
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_bytes(sample_bytes(name))
+    target.write_bytes(fixture_bytes(name))
     return target
 
 
@@ -231,7 +234,7 @@ def test_binding_a_file_inside_the_root_registers_it_where_it_lies(root, as_give
 
     assert project.path == "line3/press.xml"
     assert project.accepted_revision == 1
-    assert project.fingerprint == hashlib.sha256(sample_bytes(STEPS)).hexdigest()
+    assert project.fingerprint == hashlib.sha256(fixture_bytes(STEPS)).hexdigest()
 
 
 def test_binding_leaves_the_file_in_place_unchanged_and_copies_nothing(root):
@@ -240,7 +243,7 @@ def test_binding_leaves_the_file_in_place_unchanged_and_copies_nothing(root):
     do_bind_project("line3/press.xml", slug="press", acting_user="tests")
 
     assert files_under(root) == [target]
-    assert target.read_bytes() == sample_bytes(STEPS)
+    assert target.read_bytes() == fixture_bytes(STEPS)
 
 
 def test_binding_writes_a_project_registered_audit_row_saying_bind(root):
@@ -254,7 +257,7 @@ def test_binding_writes_a_project_registered_audit_row_saying_bind(root):
     assert event.arguments == {
         "how": "bind",
         "path": "line3/press.xml",
-        "fingerprint": hashlib.sha256(sample_bytes(STEPS)).hexdigest(),
+        "fingerprint": hashlib.sha256(fixture_bytes(STEPS)).hexdigest(),
     }
 
 
@@ -320,7 +323,7 @@ def test_binding_a_symlink_inside_the_root_that_points_outside_is_refused(root, 
 def change_on_disk(root: Path, project: Project) -> bytes:
     """Edit the file as another tool would: still a valid project, different bytes."""
     path = root / project.path
-    changed = path.read_bytes().replace(b'name="First Steps"', b'name="First Steps, edited"', 1)
+    changed = path.read_bytes().replace(b'name="Dosing Line"', b'name="Dosing Line, edited"', 1)
     assert changed != path.read_bytes()
     path.write_bytes(changed)
     return changed
@@ -331,17 +334,17 @@ def external_changes() -> list[AuditEvent]:
 
 
 def test_a_read_after_the_file_changed_on_disk_reports_accepted_revision_2(root):
-    project = import_sample()
+    project = import_fixture()
     change_on_disk(root, project)
 
     answer = reads.overview(project)
 
     assert answer["accepted_revision"] == 2
-    assert answer["name"] == "First Steps, edited"
+    assert answer["name"] == "Dosing Line, edited"
 
 
 def test_an_external_change_is_stored_as_the_new_accepted_revision_and_fingerprint(root):
-    project = import_sample()
+    project = import_fixture()
     changed = change_on_disk(root, project)
 
     reads.overview(project)
@@ -352,7 +355,7 @@ def test_an_external_change_is_stored_as_the_new_accepted_revision_and_fingerpri
 
 
 def test_an_external_change_writes_an_external_change_audit_row(root):
-    project = import_sample()
+    project = import_fixture()
     previous = project.fingerprint
     changed = change_on_disk(root, project)
 
@@ -365,7 +368,7 @@ def test_an_external_change_writes_an_external_change_audit_row(root):
 
 
 def test_an_external_change_is_counted_once_however_often_it_is_read(root):
-    project = import_sample()
+    project = import_fixture()
     change_on_disk(root, project)
 
     reads.overview(project)
@@ -376,7 +379,7 @@ def test_an_external_change_is_counted_once_however_often_it_is_read(root):
 
 
 def test_a_read_of_an_unchanged_file_keeps_revision_1_and_writes_no_audit_row():
-    project = import_sample()
+    project = import_fixture()
 
     answer = reads.overview(project)
 
@@ -387,15 +390,15 @@ def test_a_read_of_an_unchanged_file_keeps_revision_1_and_writes_no_audit_row():
 # --- export ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("sample", sample_params(valid_only=True))
-def test_export_of_an_unchanged_sample_is_the_file_byte_for_byte(sample):
-    project = do_import_project(sample.read_bytes(), slug="plant", acting_user="tests")
+@pytest.mark.parametrize("fixture", fixture_params(valid_only=True))
+def test_export_of_an_unchanged_fixture_is_the_file_byte_for_byte(fixture):
+    project = do_import_project(fixture.read_bytes(), slug="plant", acting_user="tests")
 
-    assert export_bytes(project) == sample.read_bytes()
+    assert export_bytes(project) == fixture.read_bytes()
 
 
 def test_export_after_an_external_change_is_the_changed_file(root):
-    project = import_sample()
+    project = import_fixture()
     changed = change_on_disk(root, project)
 
     assert export_bytes(project) == changed
