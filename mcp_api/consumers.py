@@ -78,7 +78,7 @@ class McpHttpConsumer(AsyncConsumer):
     async def __call__(self, scope, receive, send) -> None:
         self.scope = scope
         self.base_send = send
-        self.channel_layer = None
+        self.channel_layer: Any = None  # channels' layer (channels has no annotations) once a stream opens
         self.plan: ex.StreamPlan | None = None
         self.event_seq = 0
         self.keepalive: asyncio.Task | None = None

@@ -107,7 +107,11 @@ class Finding(serializers.Serializer):
 
 class ChangedElement(serializers.Serializer):
     element_id = serializers.CharField()
-    fields = serializers.DictField(help_text='Each field that differs: {"accepted": ..., "draft": ...}, or "changed".')
+    # A field named fields: the stubs see it replace Serializer.fields, but the serializer metaclass takes
+    # declared fields off the class, so Serializer.fields is untouched at run time; the name is the API's.
+    fields = serializers.DictField(  # type: ignore[assignment]
+        help_text='Each field that differs: {"accepted": ..., "draft": ...}, or "changed".'
+    )
 
 
 class Described(serializers.Serializer):

@@ -144,7 +144,8 @@ class Reply:
     sse: bool = False
     stream: StreamPlan | None = None
     wait: WaitPlan | None = None
-    deliver: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    # (group, message) pairs to publish; a batch's answers go as one list, as the client sent them.
+    deliver: list[tuple[str, dict[str, Any] | list[dict[str, Any]]]] = field(default_factory=list)
 
     @classmethod
     def rpc_error(cls, exc: RpcError, request_id: Any = None, *, status: int | None = None) -> Reply:
@@ -189,11 +190,11 @@ def _run(fn, exchange: Exchange) -> Reply:
     except RpcError as exc:
         return Reply.rpc_error(exc)
     except AuditUnavailable:
-        exc = RpcError(
+        unavailable = RpcError(
             jsonrpc.INTERNAL_ERROR,
             "FORGE_ERR_AUDIT_UNAVAILABLE: the audit log cannot be written, so nothing was done. Try again later.",
         )
-        return Reply.rpc_error(exc, status=503)
+        return Reply.rpc_error(unavailable, status=503)
 
 
 # --- Streamable HTTP: POST /mcp --------------------------------------------------------------------
@@ -341,7 +342,7 @@ def _notification(ctx: CallContext, message: dict[str, Any]) -> None:
     """Act on a client notification or response. Only `initialized` changes anything."""
     session = ctx.session
     if message.get("method") == "notifications/initialized" and session is not None and not session.initialized:
-        McpSession.objects.filter(pk=ctx.session.pk).update(initialized=True)
+        McpSession.objects.filter(pk=session.pk).update(initialized=True)
 
 
 def _answer(exchange: Exchange, ctx: CallContext, message: dict[str, Any], *, stateless: bool = False) -> Reply:

@@ -145,12 +145,12 @@ def _tools_call(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
                 structured, outcome, is_error = refusal.to_structured(), refusal.code, True
             _audit_call(ctx, tool, arguments.model_dump(mode="json"), outcome)
     except AuditUnavailable:
-        refusal = registry.ToolError(
+        unavailable = registry.ToolError(
             "FORGE_ERR_AUDIT_UNAVAILABLE",
             "The audit log cannot be written, so nothing was done. Try again later; if it persists, "
             "ask an operator to check the server's database and audit mirror.",
         )
-        structured, is_error = refusal.to_structured(), True
+        structured, is_error = unavailable.to_structured(), True
     return tool_result(structured, is_error=is_error)
 
 
@@ -211,10 +211,10 @@ def respond(ctx: CallContext, message: dict[str, Any]) -> dict[str, Any]:
     except RpcError as exc:
         return error(request_id, exc)
     except AuditUnavailable:
-        exc = RpcError(
+        unavailable = RpcError(
             INTERNAL_ERROR, "FORGE_ERR_AUDIT_UNAVAILABLE: the audit log cannot be written, so nothing was done."
         )
-        return error(request_id, exc)
+        return error(request_id, unavailable)
     except Exception:
         logger.exception("internal error answering %s", message.get("method"))
         return error(request_id, RpcError(INTERNAL_ERROR, "Internal error. The server logged it; try again."))

@@ -220,7 +220,7 @@ def list_page(cursor: Any, *, mcp_on: bool) -> dict[str, Any]:
     tools = visible_tools(mcp_on)
     offset = decode_cursor(cursor)
     size = settings.FORGE_TOOLS_PAGE_SIZE
-    page = {"tools": [t.descriptor() for t in tools[offset : offset + size]]}
+    page: dict[str, Any] = {"tools": [t.descriptor() for t in tools[offset : offset + size]]}
     if offset + size < len(tools):
         page["nextCursor"] = encode_cursor(offset + size)
     return page

@@ -72,11 +72,12 @@ def editor_confirm(ctx: CallContext, args: ConfirmArguments) -> dict[str, Any]:
     approves anything: only an operator can, in the Forge console."""
     expire_due()
     session_id = _session_id(ctx, args.session_handle)
+    pending_id = _uuid(args.pending_id)
     confirmation = (
-        PendingConfirmation.objects.filter(pk=_uuid(args.pending_id), principal=ctx.token.owner, session_id=session_id)
+        PendingConfirmation.objects.filter(pk=pending_id, principal=ctx.token.owner, session_id=session_id)
         .only("id", "tool", "state", "expires_at", "outcome", "project")
         .first()
-        if session_id and _uuid(args.pending_id)
+        if session_id and pending_id
         else None
     )
     if confirmation is None:

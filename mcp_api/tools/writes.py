@@ -154,7 +154,11 @@ def _handler(tool_name: str, op_name: str):
 
 def _arguments_model(op_name: str, model: type[operations._Strict]) -> type[ProjectArguments]:
     """The tool's arguments: the project (and session handle), then the operation's own fields."""
-    fields = {name: (info.annotation, info) for name, info in model.model_fields.items() if name != "op"}
+    # Any values: mypy checks a **-expanded dict against every keyword parameter of create_model
+    # (__module__: str, ...), not only against the field definitions it fills.
+    fields: dict[str, Any] = {
+        name: (info.annotation, info) for name, info in model.model_fields.items() if name != "op"
+    }
     class_name = "".join(part.title() for part in op_name.split("_")) + "Arguments"
     return create_model(class_name, __base__=ProjectArguments, __doc__=model.__doc__, **fields)
 
