@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from access.models import ClientToken, McpSession
     from mcp_api.exchange import Exchange
-    from mcp_api.models import ClientToken, McpSession
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -99,9 +99,9 @@ def prepare_tools_call() -> ToolsCall:
     """A user, a token, an open initialized session and the exchange that calls a tool on it (Django set up)."""
     from django.contrib.auth import get_user_model
 
+    from access import services
+    from access.models import McpSession, Transport
     from mcp_api import exchange as ex
-    from mcp_api import services
-    from mcp_api.models import McpSession, Transport
     from mcp_api.tools import ensure_loaded
 
     ensure_loaded()
@@ -128,11 +128,12 @@ def run(n: int) -> None:
     from channels.db import database_sync_to_async
     from django.db import connection, transaction
 
+    from access import services
+    from access.models import McpSession, Transport
     from audit.models import EventKind
     from audit.services import record
     from mcp_api import exchange as ex
-    from mcp_api import jsonrpc, services
-    from mcp_api.models import McpSession, Transport
+    from mcp_api import jsonrpc
     from mcp_api.protocol import CallContext
     from mcp_api.registry import REGISTRY
 

@@ -84,8 +84,8 @@ class PreparedSelect:
 def install_fast_lookup() -> None:
     from django.contrib.auth import get_user_model
 
-    from mcp_api import services
-    from mcp_api.models import ClientToken, McpSession
+    from access import services
+    from access.models import ClientToken, McpSession
 
     user_model = get_user_model()
 

@@ -32,8 +32,8 @@ FRAME_RE = re.compile(r"^(?P<func>.*) \((?P<file>.*?):(?P<line>\d+)\)$")
 SEMANTIC = [
     ("audit/", "", "audit row: sanitize + INSERT"),
     ("django/db/transaction.py", "", "transaction BEGIN/COMMIT"),
-    ("mcp_api/services.py", "authenticate_token", "token lookup (ORM SELECT)"),
-    ("mcp_api/services.py", "find_session", "session lookup (ORM SELECT)"),
+    ("access/services.py", "authenticate_token", "token lookup (ORM SELECT)"),
+    ("access/services.py", "find_session", "session lookup (ORM SELECT)"),
     ("mcp_api/exchange.py", "_notification", "initialized notification (UPDATE)"),
     ("django/db/__init__.py", "close_old_connections", "thread hop: close_old_connections"),
     ("mcp_api/tools/__init__.py", "", "pydantic: arguments parse/dump"),
@@ -71,7 +71,7 @@ GENERIC = [
 ]
 
 
-WORKER_ONLY = ("django/db/", "audit/", "mcp_api/services.py", "mcp_api/protocol.py", "mcp_api/tools/", "pydantic")
+WORKER_ONLY = ("django/db/", "audit/", "access/services.py", "mcp_api/protocol.py", "mcp_api/tools/", "pydantic")
 LOOP_ONLY = ("twisted/", "daphne/", "email/", "channels/routing.py", "mcp_api/consumers.py", "asyncio/")
 
 

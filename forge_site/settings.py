@@ -53,6 +53,7 @@ INSTALLED_APPS = [
     "projects",
     "caretaker",
     "confirmations",
+    "access",
     "mcp_api",
 ]
 
@@ -173,7 +174,7 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     # Three models have a field named state, each with its own choices: each set gets its own name.
     "ENUM_NAME_OVERRIDES": {
-        "AccessStateEnum": "mcp_api.models.AccessState",
+        "AccessStateEnum": "access.models.AccessState",
         "ConfirmationStateEnum": "confirmations.models.ConfirmationState",
         "ContractStateEnum": "confirmations.models.ContractState",
     },

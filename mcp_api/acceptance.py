@@ -27,11 +27,11 @@ from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from access.grants import can_approve, can_view, visible_projects
 from audit.models import EventKind
 from audit.services import record
 from confirmations import executor, sealing
 from confirmations.models import Contract, ContractState
-from mcp_api.consent import can_approve, can_view, visible_projects
 from projects import drafts, plcopen
 from projects.capability import ACCEPT_DRAFT
 from projects.models import LIVE_GROUP_STATES, ChangeGroup, DraftEvent, Project, StagedOperation, WorkingDraft

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 
+from access.grants import AccessDecisionRefused, do_decide_access, do_revoke_access
+from access.models import AccessRequest, ClientToken, McpSession, ServerState
+from access.services import do_revoke_token, do_switch_mcp
 from forge_core.console import ReadOnlyModelAdmin
-from mcp_api.consent import AccessDecisionRefused, do_decide_access, do_revoke_access
-from mcp_api.models import AccessRequest, ClientToken, McpSession, ServerState
-from mcp_api.services import do_revoke_token, do_switch_mcp
 
 
 @admin.register(ClientToken)

@@ -2,7 +2,7 @@
 
 What the console's screens do, for an operator's scripts: list the open sessions and the access
 requests (keyset pages, as the audit events are paged), allow, deny or revoke a request through
-`mcp_api.consent`, and read or turn the switch through `do_switch_mcp`. Each view parses, authorizes,
+`access.grants`, and read or turn the switch through `do_switch_mcp`. Each view parses, authorizes,
 calls and serializes; every decision is audited by the function it calls, with the deciding operator.
 
 Only operators get in: a console login (REST framework enforces CSRF on its unsafe methods) or an
@@ -27,6 +27,15 @@ from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from access.grants import (
+    AccessAlreadyDecided,
+    GrantNotPermitted,
+    NoSuchAccessRequest,
+    do_decide_access,
+    do_revoke_access,
+)
+from access.models import AccessRequest, AccessState, McpSession
+from access.services import do_switch_mcp
 from forge_core.rest import (
     BAD_QUERY,
     OPERATOR_REFUSED,
@@ -42,16 +51,7 @@ from forge_core.rest import (
     refusal,
     whole_number,
 )
-from mcp_api.consent import (
-    AccessAlreadyDecided,
-    GrantNotPermitted,
-    NoSuchAccessRequest,
-    do_decide_access,
-    do_revoke_access,
-)
 from mcp_api.console import switch_position
-from mcp_api.models import AccessRequest, AccessState, McpSession
-from mcp_api.services import do_switch_mcp
 
 PAGE_PARAMETERS = frozenset({"after", "limit"})
 

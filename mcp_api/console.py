@@ -19,20 +19,20 @@ from datetime import datetime
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.urls import URLPattern, URLResolver, path, reverse
+from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect, HttpResponseRedirect
+from django.urls import URLPattern, URLResolver, path, re_path, reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from access.hotpath import mcp_enabled
+from access.models import AccessRequest, AccessState, McpSession, ServerState, Transport
+from access.services import do_switch_mcp
 from confirmations.console import confirmation_link
 from confirmations.models import ConfirmationState, Contract, ContractState, PendingConfirmation
 from forge_core.console import is_operator
 from forge_core.errors import AuditUnavailable
 from mcp_api.acceptance import waiting
 from mcp_api.draft_console import DraftScreens
-from mcp_api.hotpath import mcp_enabled
-from mcp_api.models import AccessRequest, AccessState, McpSession, ServerState, Transport
-from mcp_api.services import do_switch_mcp
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ class Dashboard:
 
 def dashboard(request: HttpRequest) -> Dashboard:
     user = request.user
-    may_see_sessions = user.has_perm("mcp_api.view_mcpsession")
+    may_see_sessions = user.has_perm("access.view_mcpsession")
     return Dashboard(
         switch=switch_position(),
         may_switch=is_operator(user),
@@ -155,7 +155,7 @@ def dashboard(request: HttpRequest) -> Dashboard:
         configurations=shown_configurations(request),
         pending_requests=(
             AccessRequest.objects.filter(state=AccessState.PENDING).count()
-            if user.has_perm("mcp_api.view_accessrequest")
+            if user.has_perm("access.view_accessrequest")
             else None
         ),
         # Counted as the confirmations screen shows them, which expires what is due when it is read.
@@ -197,6 +197,13 @@ def switch_mcp(request: HttpRequest) -> HttpResponse:
     return HttpResponseRedirect(reverse("admin:index"))
 
 
+def moved_to_access(request: HttpRequest, rest: str) -> HttpResponse:
+    """The screens of tokens, sessions, the switch and access requests were under /console/mcp_api/ until
+    their models moved to the access app: a bookmark or an old link lands on the same screen."""
+    query = request.META.get("QUERY_STRING", "")
+    return HttpResponsePermanentRedirect(f"{reverse('admin:index')}access/{rest}" + (f"?{query}" if query else ""))
+
+
 class ConsoleSite(admin.AdminSite):
     site_header = "Forge MCP console"
     site_title = "Forge MCP"
@@ -207,6 +214,7 @@ class ConsoleSite(admin.AdminSite):
             path("mcp-switch/", self.admin_view(switch_mcp), name="mcp_switch"),
             path("confirmations/<uuid:confirmation_id>/", self.admin_view(confirmation_link), name="confirmation_link"),
             *DraftScreens(self).urls,
+            re_path(r"^mcp_api/(?P<rest>(?:clienttoken|mcpsession|serverstate|accessrequest)/.*)$", moved_to_access),
             *super().get_urls(),
         ]
 

@@ -25,6 +25,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
+from access.grants import can_approve
 from confirmations.console import contract_link, preview_sections
 from forge_core.errors import AuditUnavailable
 from mcp_api.acceptance import (
@@ -37,7 +38,6 @@ from mcp_api.acceptance import (
     rows,
     waiting,
 )
-from mcp_api.consent import can_approve
 from projects.services import ProjectUnavailable
 
 log = logging.getLogger(__name__)

@@ -20,10 +20,12 @@ from urllib.parse import parse_qs
 
 from django.conf import settings
 
+from access import services
+from access.models import BROADCAST_GROUP, ClientToken, McpSession, Transport, session_group, token_group
 from confirmations.models import ConfirmationState, PendingConfirmation
 from confirmations.services import expire_due, outcome_of
 from forge_core.errors import AuditUnavailable
-from mcp_api import jsonrpc, services
+from mcp_api import jsonrpc
 from mcp_api.jsonrpc import (
     HEADER_MISMATCH,
     INVALID_PARAMS,
@@ -34,7 +36,6 @@ from mcp_api.jsonrpc import (
     UNSUPPORTED_PROTOCOL_VERSION,
     RpcError,
 )
-from mcp_api.models import BROADCAST_GROUP, ClientToken, McpSession, Transport, session_group, token_group
 from mcp_api.protocol import CAPABILITIES, SERVER_INFO, CallContext, instructions, respond, shape_result, tool_result
 from mcp_api.revisions import (
     BATCH_REVISIONS,

@@ -17,12 +17,12 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
+from access.services import token_digest
 from audit.models import EventKind
 from audit.services import record
 from forge_core.console import is_operator
 from forge_core.errors import AuditUnavailable
 from mcp_api.models import OperatorToken
-from mcp_api.services import token_digest
 
 OPERATOR_TOKEN_PREFIX = "fop_"
 

@@ -16,12 +16,13 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from access import hotpath
+from access.models import ClientToken, McpSession
 from audit.models import EventKind
 from audit.services import record
 from forge_core.errors import AuditUnavailable
-from mcp_api import hotpath, registry
+from mcp_api import registry
 from mcp_api.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, RpcError, error, result
-from mcp_api.models import ClientToken, McpSession
 from mcp_api.revisions import ALL_REVISIONS, SERVER_INFO_META_KEY, is_stateless
 
 logger = logging.getLogger("forge.mcp")

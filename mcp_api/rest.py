@@ -21,10 +21,11 @@ from rest_framework.authentication import BaseAuthentication, get_authorization_
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.request import Request
 
+from access.models import ClientToken
+from access.services import TOKEN_PREFIX, authenticate_bearer
 from forge_core.console import OperatorAuthentication
-from mcp_api.models import ClientToken, OperatorToken
+from mcp_api.models import OperatorToken
 from mcp_api.operator_tokens import OPERATOR_TOKEN_PREFIX, authenticate_operator_token
-from mcp_api.services import TOKEN_PREFIX, authenticate_bearer
 
 REALM = "forge-mcp"
 

@@ -14,8 +14,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from mcp_api.models import ClientToken
-from mcp_api.services import do_create_operator, do_create_token
+from access.models import ClientToken
+from access.services import do_create_operator, do_create_token
 from mcp_api.tools import ensure_loaded
 
 ensure_loaded()
@@ -139,6 +139,6 @@ def root(settings, tmp_path) -> Path:
 @pytest.fixture
 def mcp_on(db) -> None:
     """An operator has switched MCP on (a fresh install starts with it off)."""
-    from mcp_api.services import do_switch_mcp
+    from access.services import do_switch_mcp
 
     do_switch_mcp(True, acting_user="tests")

@@ -6,6 +6,8 @@ The rules, for every package of the product:
 - `audit` imports only the ground;
 - `projects` and `caretaker` import only `audit` (and the ground);
 - `confirmations` imports `audit`, the pure `caretaker.fingerprint` (and the ground), nothing of `projects`;
+- `access` (client tokens, sessions, the switch, grants: what the edges share) imports `audit`, `projects`
+  and `confirmations` (and the ground);
 - `mcp_api` may import all of those, and nothing imports it but `forge_site`;
 - `forge_site`, the composition root, may import everything, and nothing imports it.
 
@@ -28,7 +30,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 GROUND = {"forge_core"}
-BELOW_THE_EDGES = GROUND | {"audit", "projects", "caretaker", "confirmations"}
+BELOW_THE_EDGES = GROUND | {"audit", "projects", "caretaker", "confirmations", "access"}
 # What each package may import besides itself: a package name allows all of it, a dotted name that module.
 ALLOWED: dict[str, set[str]] = {
     "forge_core": set(),
@@ -36,6 +38,7 @@ ALLOWED: dict[str, set[str]] = {
     "projects": GROUND | {"audit"},
     "caretaker": GROUND | {"audit"},
     "confirmations": GROUND | {"audit", "caretaker.fingerprint"},
+    "access": GROUND | {"audit", "projects", "confirmations"},
     "mcp_api": BELOW_THE_EDGES,
     "forge_site": BELOW_THE_EDGES | {"mcp_api"},
 }

@@ -11,12 +11,13 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from mcp_api import consent
+from access import grants
+from access.models import McpSession, Transport
+from access.services import find_session, mint_handle
+from mcp_api.consent import require_grant
 from mcp_api.jsonrpc import INVALID_PARAMS, RpcError
-from mcp_api.models import McpSession, Transport
 from mcp_api.protocol import CallContext
 from mcp_api.registry import Arguments, NoArguments, ToolError, tool
-from mcp_api.services import find_session, mint_handle
 from projects import plcopen, reads
 from projects.models import Project
 from projects.services import ProjectUnavailable
@@ -84,7 +85,7 @@ class ExportArguments(ReadArguments):
 def visible_project(ctx: CallContext, slug: str) -> Project:
     """The project, if this principal may view it; otherwise the same answer as for no such project."""
     project = Project.objects.filter(slug=slug.strip().lower()).first()
-    if project is None or not consent.can_view(ctx.token.owner, project):
+    if project is None or not grants.can_view(ctx.token.owner, project):
         raise ToolError(
             "FORGE_ERR_NOT_FOUND", f"There is no project {slug!r}. Call project.list for the projects you may read."
         )
@@ -110,7 +111,7 @@ def session_for(ctx: CallContext, handle: str | None) -> McpSession | None:
 def granted_project(ctx: CallContext, args: ProjectArguments) -> Project:
     """A project this session may read: visible to the principal and granted by an operator."""
     project = visible_project(ctx, args.project)
-    consent.require_grant(ctx.token, session_for(ctx, args.session_handle), project)
+    require_grant(ctx.token, session_for(ctx, args.session_handle), project)
     return project
 
 
@@ -131,7 +132,7 @@ def _read(call, *args: Any, **kwargs: Any) -> dict[str, Any]:
 @tool("project.list", title="List projects")
 def project_list(ctx: CallContext, args: NoArguments) -> dict[str, Any]:
     """The projects you may ask for, by slug and name. Start here, then project.overview."""
-    projects = list(consent.visible_projects(ctx.token.owner)[: plcopen.MAX_LIMIT + 1])
+    projects = list(grants.visible_projects(ctx.token.owner)[: plcopen.MAX_LIMIT + 1])
     listing: dict[str, Any] = {"projects": [{"project": p.slug, "name": p.name} for p in projects[: plcopen.MAX_LIMIT]]}
     if len(projects) > plcopen.MAX_LIMIT:
         listing["truncated"] = f"only the first {plcopen.MAX_LIMIT} projects by slug are listed"
@@ -223,7 +224,7 @@ def session_request_access(ctx: CallContext, args: AccessArguments) -> dict[str,
     session = session_for(ctx, args.session_handle)
     if session is None:
         session = mint_handle(ctx.token, ctx.revision, ctx.client_info)
-    request = consent.raise_request(ctx.token, session, project)
+    request = grants.raise_request(ctx.token, session, project)
     answer: dict[str, Any] = {"project": project.slug, "state": request.state}
     if session.transport == Transport.HANDLE:
         answer["session_handle"] = session.id

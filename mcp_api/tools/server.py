@@ -7,12 +7,12 @@ from typing import Any
 from django.conf import settings
 from pydantic import Field
 
-from mcp_api import consent, hotpath
-from mcp_api.models import Transport
+from access import grants, hotpath
+from access.models import Transport
+from access.services import find_session
 from mcp_api.protocol import SERVER_NAME, SERVER_VERSION, CallContext
 from mcp_api.registry import Arguments, NoArguments, ToolError, tool
 from mcp_api.revisions import ALL_REVISIONS
-from mcp_api.services import find_session
 
 
 @tool("server_info", title="Server information", when_off=True)
@@ -65,7 +65,7 @@ def session_status(ctx: CallContext, args: StatusArguments) -> dict[str, Any]:
         "session_handle": session.id if session is not None and session.transport == Transport.HANDLE else None,
         "stateless": ctx.stateless,
         "context_generation": session.context_generation if session is not None else 0,
-        "access": consent.grants_of(session) if session is not None else [],
+        "access": grants.grants_of(session) if session is not None else [],
         **_switch_status(),
     }
 

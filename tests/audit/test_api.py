@@ -13,11 +13,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
+from access.services import do_revoke_token
 from audit import merkle
 from audit.checkpoint import parse_and_verify
 from audit.models import AuditCheckpoint, AuditEvent, AuditTreeNode, EventKind
 from audit.services import DatabaseNodeStore, canonical_json, do_make_checkpoint, format_ts, record, tree_size
-from mcp_api.services import do_revoke_token
 from tests.conftest import Cast, Member
 
 EVENTS = "/api/audit/events"

@@ -13,11 +13,11 @@ import pytest
 from channels.db import database_sync_to_async
 from django.db import DatabaseError, connection, transaction
 
+from access.models import ClientToken
+from access.services import do_create_token, do_revoke_token
 from audit.models import AuditEvent, EventKind
 from audit.services import event_line, record
 from forge_core.errors import AuditUnavailable
-from mcp_api.models import ClientToken
-from mcp_api.services import do_create_token, do_revoke_token
 from tests.audit.helpers import append_events, mirror_lines
 from tests.mcp_api.helpers import send, stateless_headers, stateless_rpc
 

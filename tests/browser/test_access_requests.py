@@ -64,7 +64,7 @@ def test_a_new_access_request_appears_live_and_once_allowed_the_client_reads(pag
     server.manage("import_project", str(PROJECT_FILE), "--slug", SLUG)
     token = server.new_token("browser-client", user=OPERATOR)
     log_in(page, console_server)
-    page.goto(f"{server.base}/console/mcp_api/accessrequest/")
+    page.goto(f"{server.base}/console/access/accessrequest/")
     expect(page.locator("#content-main")).to_contain_text("0 access requests")
     expect(page.locator("html")).to_have_attribute("data-forge-live", "open")  # the live feed is connected
 

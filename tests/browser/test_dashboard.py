@@ -94,7 +94,7 @@ def test_a_client_session_opened_over_http_appears_in_the_sessions_table_after_a
     expect(cells.nth(1)).to_have_text(CLIENT_OWNER)
     expect(cells.nth(2)).to_have_text(LATEST_HANDSHAKE)
     expect(cells.nth(3)).to_have_text("streamable-http")
-    expect(cells.nth(6).locator("a")).to_have_attribute("href", f"/console/mcp_api/mcpsession/{session_id}/change/")
+    expect(cells.nth(6).locator("a")).to_have_attribute("href", f"/console/access/mcpsession/{session_id}/change/")
     page.screenshot(path=screenshot_path(SCREENSHOT_NAME, tmp_path), full_page=True)
 
 

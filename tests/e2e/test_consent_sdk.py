@@ -144,10 +144,10 @@ def console_switch(server: LiveServer, action: str) -> None:
             "/console/login/",
             data={"csrfmiddlewaretoken": token, "username": "live", "password": "live-operator-password-1"},
         )
-        page = browser.get("/console/mcp_api/serverstate/")
+        page = browser.get("/console/access/serverstate/")
         token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
         done = browser.post(
-            "/console/mcp_api/serverstate/",
+            "/console/access/serverstate/",
             data={"csrfmiddlewaretoken": token, "action": action, "_selected_action": ["1"]},
         )
         assert "MCP switched" in done.text, done.text[-2000:]

@@ -45,7 +45,7 @@ def fresh_token(server) -> tuple[str, str]:
 
 async def revoke(server, label: str) -> None:
     code = (
-        "from mcp_api.models import ClientToken; from mcp_api.services import do_revoke_token; "
+        "from access.models import ClientToken; from access.services import do_revoke_token; "
         f"do_revoke_token(ClientToken.objects.get(label={label!r}), acting_user='test')"
     )
     await anyio.to_thread.run_sync(server.manage, "shell", "-c", code)

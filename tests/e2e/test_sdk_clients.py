@@ -161,7 +161,7 @@ async def test_listen_is_acknowledged_with_tools_list_changed_honored(forge_serv
 )
 async def test_listen_receives_tools_list_changed_broadcast_from_another_process(forge_server):
     broadcast = (
-        "from mcp_api.services import notify_streams; from mcp_api.models import BROADCAST_GROUP; "
+        "from forge_core.live import notify_streams; from access.models import BROADCAST_GROUP; "
         "notify_streams(BROADCAST_GROUP, 'mcp.tools_changed')"
     )
     with anyio.fail_after(BOUND):

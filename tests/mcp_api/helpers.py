@@ -17,9 +17,9 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.testing import ApplicationCommunicator, HttpCommunicator
 
+from access.models import McpSession
 from audit.models import AuditEvent
 from forge_site.asgi import application
-from mcp_api.models import McpSession
 from mcp_api.registry import REGISTRY, Tool, register
 from mcp_api.revisions import (
     CLIENT_CAPABILITIES_META_KEY,
@@ -317,9 +317,9 @@ def registered(tool: Tool) -> Iterator[Tool]:
 def allow_project(raw_token: str, slug: str) -> str:
     """An operator-allowed grant for this token on a project, through a stateless session handle (minted
     once per token); returns the handle. A project that does not exist gets no grant."""
-    from mcp_api.consent import do_decide_access, raise_request
-    from mcp_api.models import AccessState, ClientToken, Transport
-    from mcp_api.services import mint_handle, token_digest
+    from access.grants import do_decide_access, raise_request
+    from access.models import AccessState, ClientToken, Transport
+    from access.services import mint_handle, token_digest
     from projects.models import Project
 
     token = ClientToken.objects.select_related("owner").get(digest=token_digest(raw_token))

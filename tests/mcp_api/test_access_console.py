@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from mcp_api.consent import raise_request
-from mcp_api.models import AccessRequest, AccessState, Transport
-from mcp_api.services import do_open_session
+from access.grants import raise_request
+from access.models import AccessRequest, AccessState, Transport
+from access.services import do_open_session
 from projects.models import Project
 
 pytestmark = pytest.mark.django_db
 
-CHANGELIST = "/console/mcp_api/accessrequest/"
+CHANGELIST = "/console/access/accessrequest/"
 
 
 @pytest.fixture

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 from guardian.shortcuts import assign_perm
 
-from audit.models import AuditEvent, EventKind
-from mcp_api.consent import (
+from access.grants import (
     AccessDecisionRefused,
     can_view,
     do_decide_access,
@@ -14,8 +13,9 @@ from mcp_api.consent import (
     raise_request,
     visible_projects,
 )
-from mcp_api.models import AccessState, McpSession, Transport
-from mcp_api.services import do_end_session, do_open_session, do_revoke_token, do_switch_mcp
+from access.models import AccessState, McpSession, Transport
+from access.services import do_end_session, do_open_session, do_revoke_token, do_switch_mcp
+from audit.models import AuditEvent, EventKind
 from projects.models import Project
 
 pytestmark = pytest.mark.django_db

@@ -13,11 +13,11 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from access.hotpath import mcp_enabled
+from access.models import Transport
+from access.services import do_end_session, do_open_session, do_switch_mcp
 from audit.models import AuditEvent, EventKind
 from mcp_api import console
-from mcp_api.hotpath import mcp_enabled
-from mcp_api.models import Transport
-from mcp_api.services import do_end_session, do_open_session, do_switch_mcp
 
 pytestmark = pytest.mark.django_db
 
@@ -229,7 +229,7 @@ def test_past_the_shown_limit_the_newest_sessions_are_listed_with_a_link_to_all(
     sessions = response.context["dashboard"].sessions
     assert sessions.total == 3
     assert [s.pk for s in sessions.shown] == [opened[2].pk, opened[1].pk]
-    assert f"{reverse('admin:mcp_api_mcpsession_changelist')}?ended_at__isnull=True" in response.content.decode()
+    assert f"{reverse('admin:access_mcpsession_changelist')}?ended_at__isnull=True" in response.content.decode()
 
 
 def test_the_dashboard_makes_as_many_queries_for_many_sessions_as_for_one(operator_client, cast):
@@ -252,13 +252,13 @@ def test_the_dashboard_makes_as_many_queries_for_many_sessions_as_for_one(operat
 def test_the_admin_app_list_stays_below_the_dashboard(operator_client):
     page = operator_client.get(reverse(DASHBOARD)).content.decode()
 
-    assert page.index('id="forge-dashboard"') < page.index('class="app-mcp_api module')
-    assert reverse("admin:mcp_api_clienttoken_changelist") in page
+    assert page.index('id="forge-dashboard"') < page.index('class="app-access module')
+    assert reverse("admin:access_clienttoken_changelist") in page
 
 
 def test_the_dashboard_counts_the_access_requests_waiting_for_a_decision(operator_client, cast):
-    from mcp_api.consent import raise_request
-    from mcp_api.services import do_open_session
+    from access.grants import raise_request
+    from access.services import do_open_session
     from projects.models import Project
 
     project = Project.objects.create(slug="line-3", name="Line 3", path="line-3.xml", fingerprint="0" * 64)

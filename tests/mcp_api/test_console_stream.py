@@ -6,9 +6,9 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.test import Client
 
-from mcp_api.consent import raise_request
-from mcp_api.models import Transport
-from mcp_api.services import do_open_session
+from access.grants import raise_request
+from access.models import Transport
+from access.services import do_open_session
 from projects.models import Project
 from tests.mcp_api.helpers import HOST, open_stream
 

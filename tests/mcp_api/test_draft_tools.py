@@ -13,11 +13,11 @@ import pytest
 from channels.db import database_sync_to_async
 from django.db.models import F
 
+from access.grants import do_decide_access, raise_request
+from access.models import ClientToken, McpSession
+from access.services import mint_handle, token_digest
 from audit.models import AuditEvent, EventKind
-from mcp_api.consent import do_decide_access, raise_request
 from mcp_api.jsonrpc import INVALID_PARAMS
-from mcp_api.models import ClientToken, McpSession
-from mcp_api.services import mint_handle, token_digest
 from projects import drafts, plcopen
 from projects.models import ChangeGroup, DraftEvent, GroupState, Project, StagedOperation, WorkingDraft
 from projects.services import do_import_project

@@ -7,9 +7,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from mcp_api import hotpath
-from mcp_api.models import ClientToken, McpSession, Transport
-from mcp_api.services import do_end_session, do_open_session
+from access import hotpath
+from access.models import ClientToken, McpSession, Transport
+from access.services import do_end_session, do_open_session
 
 pytestmark = pytest.mark.django_db
 

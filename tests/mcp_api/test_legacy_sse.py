@@ -7,8 +7,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from access.models import Transport
 from mcp_api.jsonrpc import INVALID_REQUEST
-from mcp_api.models import Transport
 from tests.mcp_api.helpers import (
     EventStream,
     Response,

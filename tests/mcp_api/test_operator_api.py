@@ -19,13 +19,13 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
+from access.grants import do_decide_access, raise_request
+from access.hotpath import mcp_enabled
+from access.models import AccessRequest, AccessState, McpSession, ServerState, Transport
+from access.services import do_end_session, do_open_session, do_switch_mcp
 from audit.models import AuditEvent, EventKind
 from forge_core.console import OPERATORS_GROUP
-from mcp_api.consent import do_decide_access, raise_request
-from mcp_api.hotpath import mcp_enabled
-from mcp_api.models import AccessRequest, AccessState, McpSession, ServerState, Transport
 from mcp_api.operator_tokens import do_create_operator_token, do_revoke_operator_token
-from mcp_api.services import do_end_session, do_open_session, do_switch_mcp
 from projects.models import Project
 from tests.conftest import Cast, Member
 

@@ -8,6 +8,9 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 
+from access.models import BROADCAST_GROUP
+from access.services import do_revoke_token
+from forge_core.live import notify_streams
 from mcp_api.jsonrpc import (
     HEADER_MISMATCH,
     INVALID_PARAMS,
@@ -15,13 +18,11 @@ from mcp_api.jsonrpc import (
     METHOD_NOT_FOUND,
     UNSUPPORTED_PROTOCOL_VERSION,
 )
-from mcp_api.models import BROADCAST_GROUP
 from mcp_api.revisions import (
     CLIENT_CAPABILITIES_META_KEY,
     SERVER_INFO_META_KEY,
     SUBSCRIPTION_ID_META_KEY,
 )
-from mcp_api.services import do_revoke_token, notify_streams
 from tests.mcp_api.helpers import (
     STATELESS,
     Response,

@@ -10,7 +10,10 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.utils import timezone
 
+from access.models import BROADCAST_GROUP, Transport
+from access.services import do_create_token, do_revoke_token
 from audit.models import EventKind
+from forge_core.live import notify_streams
 from mcp_api.jsonrpc import (
     INVALID_PARAMS,
     INVALID_REQUEST,
@@ -18,10 +21,8 @@ from mcp_api.jsonrpc import (
     PARSE_ERROR,
     UNSUPPORTED_PROTOCOL_VERSION,
 )
-from mcp_api.models import BROADCAST_GROUP, Transport
 from mcp_api.registry import Arguments, Tool, visible_tools
 from mcp_api.revisions import LATEST_HANDSHAKE
-from mcp_api.services import do_create_token, do_revoke_token, notify_streams
 from tests.mcp_api.helpers import (
     audit_events,
     initialize_message,

@@ -9,9 +9,9 @@ import pytest
 from channels.db import database_sync_to_async
 from django.core.management import call_command
 
+from access.hotpath import mcp_enabled
+from access.services import do_switch_mcp
 from audit.models import AuditEvent, EventKind
-from mcp_api.hotpath import mcp_enabled
-from mcp_api.services import do_switch_mcp
 from tests.mcp_api.helpers import initialize_message, mcp_headers, open_session, open_stream, post, rpc
 
 pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
@@ -118,7 +118,7 @@ def test_an_operator_switches_mcp_on_from_the_console(cast, client):
     client.force_login(cast.operator.user)
 
     response = client.post(
-        "/console/mcp_api/serverstate/",
+        "/console/access/serverstate/",
         {"action": "switch_on", "_selected_action": ["1"]},
         follow=True,
     )

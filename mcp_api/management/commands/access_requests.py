@@ -9,8 +9,8 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from mcp_api.consent import AccessDecisionRefused, do_decide_access, do_revoke_access
-from mcp_api.models import AccessRequest, AccessState
+from access.grants import AccessDecisionRefused, do_decide_access, do_revoke_access
+from access.models import AccessRequest, AccessState
 
 
 class Command(BaseCommand):

@@ -8,7 +8,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from mcp_api.services import do_create_token
+from access.services import do_create_token
 
 
 class Command(BaseCommand):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from mcp_api.hotpath import mcp_enabled
-from mcp_api.services import do_switch_mcp
+from access.hotpath import mcp_enabled
+from access.services import do_switch_mcp
 
 
 class Command(BaseCommand):

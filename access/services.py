@@ -16,23 +16,15 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
+from access import hotpath
+from access.grants import end_grants
+from access.models import BROADCAST_GROUP, ClientToken, McpSession, ServerState, Transport, session_group, token_group
 from audit.models import EventKind
 from audit.services import record
 from confirmations.services import do_cancel_confirmations
 from forge_core.console import OPERATORS_GROUP
 from forge_core.errors import AuditUnavailable
 from forge_core.live import notify_console, notify_streams
-from mcp_api import hotpath
-from mcp_api.consent import end_grants
-from mcp_api.models import (
-    BROADCAST_GROUP,
-    ClientToken,
-    McpSession,
-    ServerState,
-    Transport,
-    session_group,
-    token_group,
-)
 
 TOKEN_PREFIX = "fmcp_"
 LAST_USED_RESOLUTION = timedelta(minutes=1)
@@ -193,7 +185,9 @@ def do_create_operator(name: str, password: str, *, acting_user: str):
     with transaction.atomic():
         group, _ = Group.objects.get_or_create(name=OPERATORS_GROUP)
         group.permissions.set(
-            Permission.objects.filter(content_type__app_label__in=["mcp_api", "audit", "projects", "confirmations"])
+            Permission.objects.filter(
+                content_type__app_label__in=["access", "mcp_api", "audit", "projects", "confirmations"]
+            )
         )
         user, created = get_user_model().objects.get_or_create(username=name)
         user.is_staff = True

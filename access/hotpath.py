@@ -17,7 +17,7 @@ from django.contrib.auth import get_user_model
 from django.db import DatabaseError, connection
 from django.db.models import Model
 
-from mcp_api.models import ClientToken, McpSession, ServerState
+from access.models import ClientToken, McpSession, ServerState
 
 
 class PreparedSelect:

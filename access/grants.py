@@ -1,0 +1,181 @@
+"""Gate 2, per-session grants: nothing about a project reaches a session until an operator allows it.
+
+A grant is an `AccessRequest` keyed by (principal, session handle, project). The first project call of a
+session (or `session.request_access`) raises the request, and the call is refused with
+FORGE_ERR_PROJECT_ACCESS_PENDING until an operator with `grant_access` on the project allows or denies
+it. A grant ends on deny, revoke, MCP switched off, token revoked, or session end. Every decision bumps
+the session's `context_generation`, so a client can tell that what it may do has changed.
+
+Projects a principal may not view are indistinguishable from projects that do not exist. The MCP edge
+applies the gates to each tool call (`mcp_api.consent.require_grant`); operators decide here, from the
+console's screens, the operator API or `manage.py access_requests`.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.db.models import F, QuerySet
+from django.utils import timezone
+
+from access.models import AccessRequest, AccessState, ClientToken, McpSession
+from audit.models import EventKind
+from audit.services import record
+from forge_core.live import notify_console
+from projects.models import Project
+
+OPEN_STATES = (AccessState.PENDING, AccessState.ALLOWED)
+
+
+class AccessDecisionRefused(Exception):
+    """A decision that cannot be made (already decided, no permission); nothing was changed."""
+
+
+class NoSuchAccessRequest(AccessDecisionRefused):
+    """The request id names no access request."""
+
+
+class GrantNotPermitted(AccessDecisionRefused):
+    """The deciding user lacks `grant_access` on the request's project (the attempt is audited)."""
+
+
+class AccessAlreadyDecided(AccessDecisionRefused):
+    """The request is no longer in the state the decision needs."""
+
+
+def _has(user: AbstractBaseUser, codename: str, project: Project) -> bool:
+    perm = f"projects.{codename}"
+    return user.is_active and (user.has_perm(perm) or user.has_perm(perm, project))
+
+
+def can_view(user: AbstractBaseUser, project: Project) -> bool:
+    return _has(user, "view_project", project)
+
+
+def can_grant(user: AbstractBaseUser, project: Project) -> bool:
+    return _has(user, "grant_access", project)
+
+
+def can_approve(user: AbstractBaseUser, project: Project) -> bool:
+    """Whether `user` may accept or discard the project's working draft (and approve its changes)."""
+    return _has(user, "approve_change", project)
+
+
+def visible_projects(user: AbstractBaseUser) -> QuerySet[Project]:
+    """The projects this user may ask for, in slug order."""
+    projects = Project.objects.order_by("slug")
+    if user.is_active and user.has_perm("projects.view_project"):
+        return projects
+    from guardian.shortcuts import get_objects_for_user
+
+    return get_objects_for_user(user, "projects.view_project", klass=projects, accept_global_perms=False)
+
+
+def raise_request(token: ClientToken, session: McpSession, project: Project) -> AccessRequest:
+    """The session's request for the project, raised now if there is none (or the last one ended)."""
+    with transaction.atomic():
+        request, created = AccessRequest.objects.select_for_update().get_or_create(
+            token=token, session=session, project=project
+        )
+        if created or request.state == AccessState.ENDED:
+            if not created:
+                request.state, request.decided_at, request.decided_by = AccessState.PENDING, None, ""
+                request.save(update_fields=["state", "decided_at", "decided_by"])
+            notify_console("access_requests")
+            record(
+                EventKind.ACCESS_REQUEST,
+                outcome="pending",
+                called_by=token.owner.get_username(),
+                session=session.id,
+                client_label=token.label,
+                project=project.slug,
+            )
+    return request
+
+
+def do_decide_access(request_id: int, *, allow: bool, user: AbstractBaseUser) -> AccessRequest:
+    """Allow or deny a pending request, as an operator with `grant_access` on its project."""
+    _require_permission(request_id, user, "grant")
+    with transaction.atomic():
+        request = _locked(request_id)
+        if request.state != AccessState.PENDING:
+            raise AccessAlreadyDecided(f"This request is {request.state} already; nothing was changed.")
+        _decide(request, AccessState.ALLOWED if allow else AccessState.DENIED, user)
+    return request
+
+
+def do_revoke_access(request_id: int, *, user: AbstractBaseUser) -> AccessRequest:
+    """End an allowed grant; the session's next project call is refused."""
+    _require_permission(request_id, user, "revoke")
+    with transaction.atomic():
+        request = _locked(request_id)
+        if request.state != AccessState.ALLOWED:
+            raise AccessAlreadyDecided(f"Only an allowed grant can be revoked; this one is {request.state}.")
+        _decide(request, AccessState.REVOKED, user)
+    return request
+
+
+def _require_permission(request_id: int, user: AbstractBaseUser, verb: str) -> None:
+    """Refuse (and audit the attempt, in its own transaction) a decision by a user without grant_access."""
+    request = AccessRequest.objects.select_related("token__owner", "project").filter(pk=request_id).first()
+    if request is None:
+        raise NoSuchAccessRequest("There is no such access request.")
+    if not can_grant(user, request.project):
+        _audit_decision(request, user, "refused: no grant_access permission")
+        raise GrantNotPermitted(f"You may not {verb} access to {request.project.slug}; ask its owner.")
+
+
+def _locked(request_id: int) -> AccessRequest:
+    request = (
+        AccessRequest.objects.select_for_update()
+        .select_related("token__owner", "session", "project")
+        .filter(pk=request_id)
+        .first()
+    )
+    if request is None:
+        raise NoSuchAccessRequest("There is no such access request.")
+    return request
+
+
+def _decide(request: AccessRequest, state: AccessState, user: AbstractBaseUser) -> None:
+    request.state, request.decided_at, request.decided_by = state, timezone.now(), user.get_username()
+    request.save(update_fields=["state", "decided_at", "decided_by"])
+    McpSession.objects.filter(pk=request.session_id).update(context_generation=F("context_generation") + 1)
+    notify_console("access_requests")
+    _audit_decision(request, user, str(state))
+
+
+def _audit_decision(request: AccessRequest, user: AbstractBaseUser, outcome: str) -> None:
+    record(
+        EventKind.ACCESS_DECISION,
+        arguments={"request": request.pk, "principal": request.token.owner.get_username()},
+        outcome=outcome,
+        called_by=user.get_username(),
+        session=request.session_id,
+        client_label=request.token.label,
+        project=request.project.slug,
+    )
+
+
+def end_grants(*, reason: str, session: McpSession | None = None, token: ClientToken | None = None) -> int:
+    """End the open requests and grants of a session, of a token, or (neither given) of everyone.
+
+    Runs inside the caller's transaction (session end, token revocation, MCP switched off).
+    """
+    open_requests = AccessRequest.objects.filter(state__in=OPEN_STATES)
+    if session is not None:
+        open_requests = open_requests.filter(session=session)
+    if token is not None:
+        open_requests = open_requests.filter(token=token)
+    sessions = list(open_requests.values_list("session_id", flat=True).distinct())
+    ended = open_requests.update(state=AccessState.ENDED, decided_at=timezone.now(), decided_by=reason)
+    if ended:
+        McpSession.objects.filter(pk__in=sessions).update(context_generation=F("context_generation") + 1)
+    return ended
+
+
+def grants_of(session: McpSession) -> list[dict[str, str]]:
+    return [
+        {"project": r.project.slug, "state": r.state}
+        for r in AccessRequest.objects.filter(session=session).select_related("project").order_by("project__slug")
+    ]

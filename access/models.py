@@ -1,0 +1,141 @@
+"""Who may reach the MCP server, and what: client tokens, MCP sessions, the master switch and per-session
+grants (access requests). The state every daphne process shares, read by the MCP edge on every call and
+by the console's screens and operator API.
+
+These models were born in `mcp_api` and keep its tables (`db_table`), so a database migrated before they
+moved here works unchanged (access/migrations/0001_initial.py).
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class ClientToken(models.Model):
+    """A bearer token for one MCP client. Only the SHA-256 digest of the token is stored."""
+
+    label = models.CharField(max_length=200, help_text="The client's attribution, shown in the audit log.")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="client_tokens")
+    digest = models.CharField(max_length=64, unique=True, editable=False)
+    prefix = models.CharField(max_length=16, editable=False, help_text="The first characters, to recognise it.")
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        db_table = "mcp_api_clienttoken"
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.label} ({self.prefix}…)"
+
+    def is_usable(self, now=None) -> bool:
+        now = now or timezone.now()
+        return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
+
+    @property
+    def principal(self) -> str:
+        return f"token:{self.pk}"
+
+
+class Transport(models.TextChoices):
+    STREAMABLE_HTTP = "streamable-http"
+    SSE = "sse"
+    HANDLE = "handle", "stateless handle"  # minted by session.request_access for 2026-07-28 clients
+
+
+class McpSession(models.Model):
+    """One MCP session, bound to the token that opened it. Ended sessions are kept for the record."""
+
+    id = models.CharField(primary_key=True, max_length=64, editable=False)
+    token = models.ForeignKey(ClientToken, on_delete=models.CASCADE, related_name="sessions")
+    transport = models.CharField(max_length=20, choices=Transport.choices)
+    protocol_version = models.CharField(max_length=20, blank=True)
+    client_info = models.JSONField(default=dict, blank=True)
+    initialized = models.BooleanField(default=False)
+    context_generation = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    last_seen_at = models.DateTimeField(null=True, blank=True, editable=False, help_text="To the minute.")
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "mcp_api_mcpsession"
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.id[:8]}… {self.client_name or self.token.label}"
+
+    @property
+    def client_name(self) -> str:
+        return str(self.client_info.get("name", "")) if isinstance(self.client_info, dict) else ""
+
+    @property
+    def group(self) -> str:
+        return session_group(self.id)
+
+
+def session_group(session_id: str) -> str:
+    """The channel-layer group every stream of a session joins."""
+    return f"mcp.session.{session_id}"
+
+
+def token_group(token_id: int) -> str:
+    """The channel-layer group every stream opened with a token joins, so revocation closes them."""
+    return f"mcp.token.{token_id}"
+
+
+BROADCAST_GROUP = "mcp.broadcast"
+
+
+class ServerState(models.Model):
+    """The one row of switches operators turn in the console. Read on every call, by every process."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1, editable=False)
+    mcp_enabled = models.BooleanField(default=False, help_text="Off on a fresh install: nothing reaches a client.")
+    changed_by = models.CharField(max_length=150, blank=True, editable=False)
+    changed_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        db_table = "mcp_api_serverstate"
+        verbose_name = "server state"
+
+    def __str__(self) -> str:
+        return f"MCP {'on' if self.mcp_enabled else 'off'}"
+
+
+class AccessState(models.TextChoices):
+    PENDING = "pending"
+    ALLOWED = "allowed"
+    DENIED = "denied"
+    REVOKED = "revoked"
+    ENDED = "ended"
+
+
+class AccessRequest(models.Model):
+    """A session's request to work on a project, and the operator's answer: the grant of gate 2.
+
+    Keyed by (principal, session handle, project). The handle is the MCP session id, or for stateless
+    clients a handle minted for them (an `McpSession` of transport `handle`). Only `pending -> allowed |
+    denied`, `allowed -> revoked` and `pending | allowed -> ended` happen, in `access.grants`.
+    """
+
+    token = models.ForeignKey(ClientToken, on_delete=models.CASCADE, related_name="access_requests")
+    session = models.ForeignKey(McpSession, on_delete=models.CASCADE, related_name="access_requests")
+    project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="access_requests")
+    state = models.CharField(max_length=10, choices=AccessState.choices, default=AccessState.PENDING, db_index=True)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    decided_at = models.DateTimeField(null=True, blank=True, editable=False)
+    decided_by = models.CharField(max_length=150, blank=True, editable=False)
+
+    class Meta:
+        db_table = "mcp_api_accessrequest"
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["token", "session", "project"], name="access_request_per_session_project")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.token.label} on {self.project.slug}: {self.state}"
