@@ -7,13 +7,13 @@ it. A grant ends on deny, revoke, MCP switched off, token revoked, or session en
 the session's `context_generation`, so a client can tell that what it may do has changed.
 
 Projects a principal may not view are indistinguishable from projects that do not exist. The MCP edge
-applies the gates to each tool call (`mcp_api.consent.require_grant`); operators decide here, from the
+applies the gates to each tool call (`mcp_api.registry.admit`); operators decide here, from the
 console's screens, the operator API or `manage.py access_requests`.
 """
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
 from django.db.models import F, QuerySet
 from django.utils import timezone
@@ -43,25 +43,27 @@ class AccessAlreadyDecided(AccessDecisionRefused):
     """The request is no longer in the state the decision needs."""
 
 
-def _has(user: AbstractBaseUser, codename: str, project: Project) -> bool:
+# The checks and decisions take whoever a request comes from, as request.user is typed: the anonymous user
+# holds no permission, so it is refused (and audited) like any other user without one.
+def _has(user: User | AnonymousUser, codename: str, project: Project) -> bool:
     perm = f"projects.{codename}"
     return user.is_active and (user.has_perm(perm) or user.has_perm(perm, project))
 
 
-def can_view(user: AbstractBaseUser, project: Project) -> bool:
+def can_view(user: User | AnonymousUser, project: Project) -> bool:
     return _has(user, "view_project", project)
 
 
-def can_grant(user: AbstractBaseUser, project: Project) -> bool:
+def can_grant(user: User | AnonymousUser, project: Project) -> bool:
     return _has(user, "grant_access", project)
 
 
-def can_approve(user: AbstractBaseUser, project: Project) -> bool:
+def can_approve(user: User | AnonymousUser, project: Project) -> bool:
     """Whether `user` may accept or discard the project's working draft (and approve its changes)."""
     return _has(user, "approve_change", project)
 
 
-def visible_projects(user: AbstractBaseUser) -> QuerySet[Project]:
+def visible_projects(user: User | AnonymousUser) -> QuerySet[Project]:
     """The projects this user may ask for, in slug order."""
     projects = Project.objects.order_by("slug")
     if user.is_active and user.has_perm("projects.view_project"):
@@ -93,7 +95,7 @@ def raise_request(token: ClientToken, session: McpSession, project: Project) -> 
     return request
 
 
-def do_decide_access(request_id: int, *, allow: bool, user: AbstractBaseUser) -> AccessRequest:
+def do_decide_access(request_id: int, *, allow: bool, user: User | AnonymousUser) -> AccessRequest:
     """Allow or deny a pending request, as an operator with `grant_access` on its project."""
     _require_permission(request_id, user, "grant")
     with transaction.atomic():
@@ -104,7 +106,7 @@ def do_decide_access(request_id: int, *, allow: bool, user: AbstractBaseUser) ->
     return request
 
 
-def do_revoke_access(request_id: int, *, user: AbstractBaseUser) -> AccessRequest:
+def do_revoke_access(request_id: int, *, user: User | AnonymousUser) -> AccessRequest:
     """End an allowed grant; the session's next project call is refused."""
     _require_permission(request_id, user, "revoke")
     with transaction.atomic():
@@ -115,7 +117,7 @@ def do_revoke_access(request_id: int, *, user: AbstractBaseUser) -> AccessReques
     return request
 
 
-def _require_permission(request_id: int, user: AbstractBaseUser, verb: str) -> None:
+def _require_permission(request_id: int, user: User | AnonymousUser, verb: str) -> None:
     """Refuse (and audit the attempt, in its own transaction) a decision by a user without grant_access."""
     request = AccessRequest.objects.select_related("token__owner", "project").filter(pk=request_id).first()
     if request is None:
@@ -137,7 +139,7 @@ def _locked(request_id: int) -> AccessRequest:
     return request
 
 
-def _decide(request: AccessRequest, state: AccessState, user: AbstractBaseUser) -> None:
+def _decide(request: AccessRequest, state: AccessState, user: User | AnonymousUser) -> None:
     request.state, request.decided_at, request.decided_by = state, timezone.now(), user.get_username()
     request.save(update_fields=["state", "decided_at", "decided_by"])
     McpSession.objects.filter(pk=request.session_id).update(context_generation=F("context_generation") + 1)
@@ -145,7 +147,7 @@ def _decide(request: AccessRequest, state: AccessState, user: AbstractBaseUser) 
     _audit_decision(request, user, str(state))
 
 
-def _audit_decision(request: AccessRequest, user: AbstractBaseUser, outcome: str) -> None:
+def _audit_decision(request: AccessRequest, user: User | AnonymousUser, outcome: str) -> None:
     record(
         EventKind.ACCESS_DECISION,
         arguments={"request": request.pk, "principal": request.token.owner.get_username()},

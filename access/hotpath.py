@@ -25,7 +25,7 @@ class PreparedSelect:
 
     def __init__(self, models: list[type[Model]], where: str) -> None:
         self.parts = []
-        selected = []
+        selected: list[str] = []
         for model in models:
             table = model._meta.db_table
             fields = model._meta.concrete_fields
@@ -90,6 +90,7 @@ def token_by_digest(digest: str) -> ClientToken | None:
     if found is None:
         return None
     token, owner = found
+    assert isinstance(token, ClientToken)  # the select's first model
     ClientToken._meta.get_field("owner").set_cached_value(token, owner)
     return token
 
@@ -100,6 +101,7 @@ def open_session_of(token: ClientToken, session_id: str) -> McpSession | None:
     if found is None:
         return None
     session = found[0]
+    assert isinstance(session, McpSession)  # the select's model
     McpSession._meta.get_field("token").set_cached_value(session, token)
     return session
 
