@@ -47,7 +47,7 @@ from mcp_api.revisions import (
     STATELESS_REVISIONS,
     negotiate,
 )
-from mcp_api.tools.editor import outcome_result
+from mcp_api.tools.common import outcome_result
 
 JSON = "application/json"
 EVENT_STREAM = "text/event-stream"

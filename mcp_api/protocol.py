@@ -22,8 +22,9 @@ from audit.models import EventKind
 from audit.services import record
 from forge_core.errors import AuditUnavailable
 from mcp_api import registry
-from mcp_api.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, RpcError, error, result
+from mcp_api.jsonrpc import INTERNAL_ERROR, METHOD_NOT_FOUND, RpcError, error, result
 from mcp_api.revisions import ALL_REVISIONS, SERVER_INFO_META_KEY, is_stateless
+from projects.models import Project
 
 logger = logging.getLogger("forge.mcp")
 
@@ -40,12 +41,14 @@ class CallContext:
     token: ClientToken
     revision: str
     transport: str
+    # The transport's session; on the stateless revision, the session handle the registry resolved from a
+    # tool's session_handle argument (one request, one context, so it never outlives the call).
     session: McpSession | None = None
     client_info: dict[str, Any] = field(default_factory=dict)
     client_capabilities: dict[str, Any] = field(default_factory=dict)
-    project: str = ""  # the project a tool resolved, as registered: what the audit row names
+    target: Project | None = None  # the project a tool's arguments name, resolved by the registry
+    audit_project: str = ""  # a project a tool reached without naming it: what the audit row names
     awaiting: str | None = None  # a confirmation the call created: the transport may wait for its decision
-    handle: str = ""  # a stateless client's session handle, once a tool resolved it: what the audit row names
 
     @property
     def stateless(self) -> bool:
@@ -57,7 +60,19 @@ class CallContext:
 
     @property
     def session_id(self) -> str:
-        return self.session.id if self.session is not None else self.handle
+        return self.session.id if self.session is not None else ""
+
+    @property
+    def project(self) -> Project:
+        """The project this call names, visible to the principal and, for a tool that needs a grant, granted
+        to this session: the registry resolved it before the handler ran."""
+        if self.target is None:
+            raise LookupError("no project was resolved for this call: its tool's arguments name none")
+        return self.target
+
+    def start_call(self) -> None:
+        """Forget what the previous tools/call of a batch resolved."""
+        self.target, self.audit_project, self.awaiting = None, "", None
 
 
 MCP_OFF = registry.ToolError(
@@ -112,6 +127,7 @@ def _server_discover(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]
 
 
 def _tools_call(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
+    ctx.start_call()
     name = params.get("name")
     tool = registry.find_tool(name)
     if tool is None:
@@ -123,10 +139,7 @@ def _tools_call(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
             session=ctx.session_id,
             client_label=ctx.token.label,
         )
-        raise RpcError(
-            INVALID_PARAMS,
-            f"Unknown tool {str(name)[:100]!r}. Call tools/list for the tools this server offers.",
-        )
+        raise registry.unknown_tool(name)
     raw_arguments = params.get("arguments")
     try:
         arguments = tool.parse(raw_arguments)
@@ -141,7 +154,7 @@ def _tools_call(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
         # handler changed is rolled back and the client is told nothing was done (fail closed).
         with transaction.atomic():
             try:
-                structured, outcome, is_error = tool.handler(ctx, arguments), "ok", False
+                structured, outcome, is_error = tool.run(ctx, arguments), "ok", False
             except registry.ToolError as refusal:
                 structured, outcome, is_error = refusal.to_structured(), refusal.code, True
             _audit_call(ctx, tool, arguments.model_dump(mode="json"), outcome)
@@ -156,6 +169,7 @@ def _tools_call(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def _audit_call(ctx: CallContext, tool: registry.Tool, arguments: dict[str, Any], outcome: str) -> None:
+    project = ctx.target.slug if ctx.target is not None else ctx.audit_project
     record(
         EventKind.TOOL_CALL,
         tool=tool.name,
@@ -165,7 +179,7 @@ def _audit_call(ctx: CallContext, tool: registry.Tool, arguments: dict[str, Any]
         called_by=ctx.called_by,
         session=ctx.session_id,
         client_label=ctx.token.label,
-        project=ctx.project or str(arguments.get("project", ""))[:100],
+        project=project or str(arguments.get("project", ""))[:100],
     )
 
 

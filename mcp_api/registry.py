@@ -1,10 +1,12 @@
-"""The tool registry: every MCP tool is one declaration in one table.
+"""The tool registry: every MCP tool is one declaration in one table, and the one gate in front of it.
 
 A tool declares its name, description, a strict pydantic argument model (from which the published
 `inputSchema` is generated, so schema and validation cannot drift), annotations, what it needs
 (`token`, `grant`, `override`, `caretaker`) and its handler. `tools/list` shows the tools the principal
 is authorized for under the deployment's flags, in registration order; `tools/call` validates the
-arguments and runs the handler. Tool failures are results with `isError: true` and a `FORGE_ERR_*`
+arguments and calls `Tool.run`, which resolves the call's session, project and grant once (`admit`) and
+only then runs the handler, so what a tool declares is exactly what is enforced and no handler looks a
+project up or checks a grant itself. Tool failures are results with `isError: true` and a `FORGE_ERR_*`
 code, never JSON-RPC errors. The tools themselves are declared in `mcp_api.tools`, whose package
 imports every module of them in the order `tools/list` shows them.
 """
@@ -22,7 +24,11 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from access import grants
+from access.models import AccessState, McpSession, Transport
+from access.services import find_session
 from mcp_api.jsonrpc import INVALID_PARAMS, RpcError
+from projects.models import Project
 
 if TYPE_CHECKING:
     from mcp_api.protocol import CallContext
@@ -42,6 +48,10 @@ class Need(StrEnum):
     GRANT = "grant"
     OVERRIDE = "override"
     CARETAKER = "caretaker"
+
+
+NEEDS_GRANT = frozenset({Need.TOKEN, Need.GRANT})
+"""A project tool's needs: a client token and this session's grant on the project its arguments name."""
 
 
 class Arguments(BaseModel):
@@ -80,6 +90,11 @@ class Tool:
     idempotent: bool = True
     secret_arguments: frozenset[str] = field(default_factory=frozenset)
     when_off: bool = False  # answers while MCP is switched off (never returns project content)
+
+    def run(self, ctx: CallContext, arguments: Arguments) -> dict[str, Any]:
+        """Admit the call (every need this tool declares), then run its handler."""
+        admit(self, ctx, arguments)
+        return self.handler(ctx, arguments)
 
     def input_schema(self) -> dict[str, Any]:
         return _clean_schema(self.arguments.model_json_schema())
@@ -139,8 +154,99 @@ REGISTRY: dict[str, Tool] = {}
 def register(tool: Tool) -> Tool:
     if tool.name in REGISTRY:
         raise ValueError(f"tool {tool.name} is registered twice")
+    if Need.GRANT in tool.needs and "project" not in tool.arguments.model_fields:
+        raise ValueError(f"tool {tool.name} needs a grant, so its arguments must name the project")
+    if Need.GRANT in tool.needs and tool.when_off:
+        raise ValueError(f"tool {tool.name} needs a grant, so it cannot answer while MCP is off")
     REGISTRY[tool.name] = tool
     return tool
+
+
+# --- the gate: what a tool declares is what a call must have -----------------------------------------
+
+
+def is_caretaker(ctx: CallContext) -> bool:
+    """Whether the caller is the team's caretaker (DESIGN section 10). Nobody is until the caretaker and
+    its activation exist; the tools that need one are refused until then."""
+    return False
+
+
+def admit(tool: Tool, ctx: CallContext, arguments: Arguments) -> None:
+    """Resolve the call's session and project and check every need the tool declares, before its handler
+    runs; raise the refusal that says what to do next. What this resolves is on `ctx` for the handler:
+    `ctx.session` (the transport's session, or a stateless client's session handle) and `ctx.project`.
+
+    The master switch is checked before this (`protocol`), for every tool not declared `when_off`.
+    """
+    if Need.OVERRIDE in tool.needs and not settings.FORGE_OVERRIDE_SECURITIES:
+        raise unknown_tool(tool.name)
+    if Need.CARETAKER in tool.needs and not is_caretaker(ctx):
+        raise ToolError(
+            "FORGE_ERR_NOT_CARETAKER",
+            f"{tool.name} is for the team's caretaker, and this principal is not it. Ask your team's caretaker "
+            "to do it from the Forge console.",
+        )
+    slug = getattr(arguments, "project", None)
+    if isinstance(slug, str):
+        ctx.target = _visible_project(ctx, slug)
+    handle = getattr(arguments, "session_handle", None)
+    if ctx.session is None and isinstance(handle, str):
+        ctx.session = _session_of_handle(ctx, handle)
+    if Need.GRANT in tool.needs:
+        _require_grant(ctx, ctx.project)
+
+
+def _visible_project(ctx: CallContext, slug: str) -> Project:
+    """The project, if this principal may view it; otherwise the same answer as for no such project."""
+    project = Project.objects.filter(slug=slug.strip().lower()).first()
+    if project is None or not grants.can_view(ctx.token.owner, project):
+        raise ToolError(
+            "FORGE_ERR_NOT_FOUND", f"There is no project {slug!r}. Call project.list for the projects you may read."
+        )
+    return project
+
+
+def _session_of_handle(ctx: CallContext, handle: str) -> McpSession:
+    """A stateless client's session: the one its handle names."""
+    session = find_session(ctx.token, handle)
+    if session is None or session.transport != Transport.HANDLE:
+        raise ToolError(
+            "FORGE_ERR_NOT_FOUND",
+            "This session handle is unknown or has ended. Call session.request_access without one for a new handle.",
+        )
+    return session
+
+
+def _require_grant(ctx: CallContext, project: Project) -> None:
+    """Let a project call through only on this session's allowed grant; otherwise raise the refusal that
+    says why (raising the access request for an operator on the first call)."""
+    if ctx.session is None:
+        raise ToolError(
+            "FORGE_ERR_PROJECT_ACCESS_PENDING",
+            "This stateless call names no session handle. Call session.request_access with the project to "
+            "get one, then pass it as session_handle with every project call.",
+        )
+    request = grants.raise_request(ctx.token, ctx.session, project)
+    if request.state == AccessState.PENDING:
+        raise ToolError(
+            "FORGE_ERR_PROJECT_ACCESS_PENDING",
+            f"Access to {project.slug} waits for an operator's decision in the Forge console. Ask again "
+            "later; session.status lists your pending requests.",
+            project=project.slug,
+        )
+    if request.state != AccessState.ALLOWED:
+        raise ToolError(
+            "FORGE_ERR_PROJECT_ACCESS_DENIED",
+            f"Access to {project.slug} was {request.state} by an operator. Ask the operators of this Forge "
+            "server if you need it.",
+            project=project.slug,
+        )
+
+
+def unknown_tool(name: Any) -> RpcError:
+    return RpcError(
+        INVALID_PARAMS, f"Unknown tool {str(name)[:100]!r}. Call tools/list for the tools this server offers."
+    )
 
 
 def tool(

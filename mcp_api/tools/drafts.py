@@ -16,8 +16,8 @@ from typing import Any
 from pydantic import Field
 
 from mcp_api.protocol import CallContext
-from mcp_api.registry import ToolError, tool
-from mcp_api.tools.projects import ProjectArguments, _read, granted_project, session_for
+from mcp_api.registry import NEEDS_GRANT, ToolError, tool
+from mcp_api.tools.common import ProjectArguments, read
 from projects import drafts, operations
 from projects.models import Project
 from projects.operations import Operation
@@ -75,15 +75,9 @@ class EventsArguments(ProjectArguments):
     after_revision: int = Field(default=0, ge=0, description="Only what happened after this working revision.")
 
 
-def _session_id(ctx: CallContext, args: ProjectArguments) -> str:
-    session = session_for(ctx, args.session_handle)
-    return session.id if session is not None else ""
-
-
 def _fresh(ctx: CallContext, args: Expected) -> tuple[Project, str]:
     """The project and the caller's session, once its context generation is the one it expects."""
-    project = granted_project(ctx, args)
-    session = session_for(ctx, args.session_handle)
+    session = ctx.session
     current = session.context_generation if session is not None else 0
     if current != args.expected_context_generation:
         raise ToolError(
@@ -92,13 +86,13 @@ def _fresh(ctx: CallContext, args: Expected) -> tuple[Project, str]:
             f"{args.expected_context_generation}); nothing was stored. Call session.status, then call again.",
             current_context_generation=current,
         )
-    return project, session.id if session is not None else ""
+    return ctx.project, ctx.session_id
 
 
 def _drafting(call, *args: Any, **kwargs: Any) -> dict[str, Any]:
     """Run a draft call: its refusals and a refused operation become tool errors that say what to do."""
     try:
-        return _read(call, *args, **kwargs)
+        return read(call, *args, **kwargs)
     except drafts.DraftRefused as refused:
         raise ToolError(refused.code, refused.message, **refused.data) from None
     except operations.OperationRefused as refused:
@@ -110,31 +104,37 @@ def _drafting(call, *args: Any, **kwargs: Any) -> dict[str, Any]:
         ) from None
 
 
-@tool("draft.status", title="Working draft status", arguments=ProjectArguments, guidance=True)
+@tool("draft.status", title="Working draft status", arguments=ProjectArguments, needs=NEEDS_GRANT, guidance=True)
 def draft_status(ctx: CallContext, args: ProjectArguments) -> dict[str, Any]:
     """The project's working draft: its working_revision (pass it as expected_working_revision), the
     accepted revision it builds on, whether it changes anything, conflicts, and its change groups (yours
     marked)."""
-    project = granted_project(ctx, args)
-    return _drafting(drafts.status, project, session_id=_session_id(ctx, args))
+    return _drafting(drafts.status, ctx.project, session_id=ctx.session_id)
 
 
-@tool("draft.describe", title="What the draft changes", arguments=DescribeArguments)
+@tool("draft.describe", title="What the draft changes", arguments=DescribeArguments, needs=NEEDS_GRANT)
 def draft_describe(ctx: CallContext, args: DescribeArguments) -> dict[str, Any]:
     """What the working draft changes against the accepted project: element ids added, removed and changed,
     with the fields that differ (bounded by limit)."""
-    return _drafting(drafts.describe, granted_project(ctx, args), limit=args.limit)
+    return _drafting(drafts.describe, ctx.project, limit=args.limit)
 
 
-@tool("draft.events", title="What happened in the draft", arguments=EventsArguments)
+@tool("draft.events", title="What happened in the draft", arguments=EventsArguments, needs=NEEDS_GRANT)
 def draft_events(ctx: CallContext, args: EventsArguments) -> dict[str, Any]:
     """What changed in the working draft after a revision (groups begun, batches staged or withdrawn,
     submissions, replays on a new accepted revision, acceptance): read it when your expected revision is
     stale."""
-    return _drafting(drafts.events, granted_project(ctx, args), args.after_revision)
+    return _drafting(drafts.events, ctx.project, args.after_revision)
 
 
-@tool("change_group.begin", title="Begin a change group", arguments=BeginArguments, read_only=False, idempotent=False)
+@tool(
+    "change_group.begin",
+    title="Begin a change group",
+    arguments=BeginArguments,
+    needs=NEEDS_GRANT,
+    read_only=False,
+    idempotent=False,
+)
 def change_group_begin(ctx: CallContext, args: BeginArguments) -> dict[str, Any]:
     """Begin a change group in the project's working draft: a title and a rationale for the reviewer.
     Answers the group_id and the new working_revision."""
@@ -155,14 +155,21 @@ def change_group_begin(ctx: CallContext, args: BeginArguments) -> dict[str, Any]
     return _drafting(begin)
 
 
-@tool("change_group.check", title="Rehearse operations", arguments=CheckArguments)
+@tool("change_group.check", title="Rehearse operations", arguments=CheckArguments, needs=NEEDS_GRANT)
 def change_group_check(ctx: CallContext, args: CheckArguments) -> dict[str, Any]:
     """Rehearse a batch on a copy of the working draft: the ids it would change and the findings it would
     leave, or the operation that would be refused (by index). Nothing is stored and no revision moves."""
-    return _drafting(drafts.check, granted_project(ctx, args), args.operations)
+    return _drafting(drafts.check, ctx.project, args.operations)
 
 
-@tool("change_group.stage", title="Stage operations", arguments=StageArguments, read_only=False, idempotent=False)
+@tool(
+    "change_group.stage",
+    title="Stage operations",
+    arguments=StageArguments,
+    needs=NEEDS_GRANT,
+    read_only=False,
+    idempotent=False,
+)
 def change_group_stage(ctx: CallContext, args: StageArguments) -> dict[str, Any]:
     """Stage a batch into your change group: all operations or none (a refusal names the operation's
     index). Answers the changed ids, the findings against them and the new working_revision. Staging never
@@ -179,7 +186,12 @@ def change_group_stage(ctx: CallContext, args: StageArguments) -> dict[str, Any]
 
 
 @tool(
-    "change_group.unstage", title="Withdraw operations", arguments=UnstageArguments, read_only=False, idempotent=False
+    "change_group.unstage",
+    title="Withdraw operations",
+    arguments=UnstageArguments,
+    needs=NEEDS_GRANT,
+    read_only=False,
+    idempotent=False,
 )
 def change_group_unstage(ctx: CallContext, args: UnstageArguments) -> dict[str, Any]:
     """Withdraw the last `count` operations of your change group; refused (nothing withdrawn) when later
@@ -195,14 +207,16 @@ def change_group_unstage(ctx: CallContext, args: UnstageArguments) -> dict[str, 
     )
 
 
-@tool("change_group.describe", title="Describe a change group", arguments=GroupArguments)
+@tool("change_group.describe", title="Describe a change group", arguments=GroupArguments, needs=NEEDS_GRANT)
 def change_group_describe(ctx: CallContext, args: GroupArguments) -> dict[str, Any]:
     """One change group of the draft (any session's): title, rationale, author, state, its operations
     (with conflicts), the findings against it and the findings acknowledged at submission."""
-    return _drafting(drafts.describe_group, granted_project(ctx, args), args.group_id)
+    return _drafting(drafts.describe_group, ctx.project, args.group_id)
 
 
-@tool("change_group.submit", title="Submit a change group", arguments=SubmitArguments, read_only=False)
+@tool(
+    "change_group.submit", title="Submit a change group", arguments=SubmitArguments, needs=NEEDS_GRANT, read_only=False
+)
 def change_group_submit(ctx: CallContext, args: SubmitArguments) -> dict[str, Any]:
     """Hand your change group to the reviewers. Refused with FORGE_ERR_FINDINGS_BLOCK_SUBMIT, naming each
     problem finding, unless acknowledge_findings is true (then recorded for the reviewer; a later stage
@@ -218,7 +232,7 @@ def change_group_submit(ctx: CallContext, args: SubmitArguments) -> dict[str, An
     )
 
 
-@tool("change_group.close", title="Close a change group", arguments=CloseArguments, read_only=False)
+@tool("change_group.close", title="Close a change group", arguments=CloseArguments, needs=NEEDS_GRANT, read_only=False)
 def change_group_close(ctx: CallContext, args: CloseArguments) -> dict[str, Any]:
     """End your change group: its operations stay in the draft for the reviewer, no more can be staged."""
     project, session_id = _fresh(ctx, args)

@@ -13,11 +13,11 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from confirmations.models import ConfirmationState, PendingConfirmation
+from confirmations.models import PendingConfirmation
 from confirmations.services import expire_due, outcome_of
 from mcp_api.protocol import CallContext
 from mcp_api.registry import Arguments, ToolError, tool
-from mcp_api.tools.projects import session_for
+from mcp_api.tools.common import outcome_result
 
 LIST_LIMIT = 50
 HANDLE = Field(
@@ -39,39 +39,13 @@ class PendingArguments(Arguments):
     session_handle: str | None = HANDLE
 
 
-def _session_id(ctx: CallContext, handle: str | None) -> str:
-    session = session_for(ctx, handle)
-    return session.id if session is not None else ""
-
-
-def confirmation_result(confirmation: PendingConfirmation) -> tuple[dict[str, Any], bool]:
-    """A confirmation's outcome as a tool result: (structured content, is_error)."""
-    return outcome_result(outcome_of(confirmation))
-
-
-def outcome_result(outcome: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-    """An outcome (`confirmations.services.outcome_of`) as a tool result: (structured content, is_error)."""
-    answer = dict(outcome)
-    state = answer["state"]
-    if state == ConfirmationState.EXECUTED:
-        return answer, False
-    if state in (ConfirmationState.PENDING, ConfirmationState.APPROVED):
-        answer["message"] = (
-            "Still waiting for an operator's decision in the Forge console; ask again later."
-            if state == ConfirmationState.PENDING
-            else "Approved; the change is being carried out. Ask again in a moment."
-        )
-        return answer, False
-    return answer, True
-
-
 @tool("editor.confirm", title="Outcome of a proposed change", arguments=ConfirmArguments)
 def editor_confirm(ctx: CallContext, args: ConfirmArguments) -> dict[str, Any]:
     """The outcome of a change you proposed with a write tool: the result once an operator approved it
     and it was written, or why not (denied, expired, failed), or that it still waits. This never
     approves anything: only an operator can, in the Forge console."""
     expire_due()
-    session_id = _session_id(ctx, args.session_handle)
+    session_id = ctx.session_id
     pending_id = _uuid(args.pending_id)
     confirmation = (
         PendingConfirmation.objects.filter(pk=pending_id, principal=ctx.token.owner, session_id=session_id)
@@ -85,8 +59,8 @@ def editor_confirm(ctx: CallContext, args: ConfirmArguments) -> dict[str, Any]:
             "FORGE_ERR_NOT_FOUND",
             "This session has no confirmation with that pending_id. editor.pending_confirmations lists yours.",
         )
-    ctx.project = confirmation.project
-    structured, is_error = confirmation_result(confirmation)
+    ctx.audit_project = confirmation.project
+    structured, is_error = outcome_result(outcome_of(confirmation))
     if is_error:
         raise ToolError(structured.pop("error"), structured.pop("message"), **structured)
     return structured
@@ -97,7 +71,7 @@ def editor_pending_confirmations(ctx: CallContext, args: PendingArguments) -> di
     """The changes this session proposed with write tools, newest first, with their state (pending,
     executed, denied, expired, failed, cancelled). Use editor.confirm for one outcome."""
     expire_due()
-    session_id = _session_id(ctx, args.session_handle)
+    session_id = ctx.session_id
     query = PendingConfirmation.objects.filter(principal=ctx.token.owner, session_id=session_id)
     if args.state:
         query = query.filter(state=args.state)

@@ -1,8 +1,9 @@
 """The project read tools (DESIGN 13): bounded reads of a registered project, in the accepted view or the
 working draft's.
 
-Every project call passes the consent gates (the MCP switch, and an operator's grant for this session);
-a project the principal may not view answers exactly as one that does not exist.
+Every project read needs a grant: the registry passes the consent gates (the MCP switch, and an
+operator's grant for this session) before a handler runs and hands it the project; a project the
+principal may not view answers exactly as one that does not exist.
 """
 
 from __future__ import annotations
@@ -12,28 +13,15 @@ from typing import Any, Literal
 from pydantic import Field
 
 from access import grants
-from access.models import McpSession, Transport
-from access.services import find_session, mint_handle
-from mcp_api.consent import require_grant
-from mcp_api.jsonrpc import INVALID_PARAMS, RpcError
+from access.models import Transport
+from access.services import mint_handle
 from mcp_api.protocol import CallContext
-from mcp_api.registry import Arguments, NoArguments, ToolError, tool
+from mcp_api.registry import NEEDS_GRANT, NoArguments, tool
+from mcp_api.tools.common import ProjectArguments, read
 from projects import plcopen, reads
-from projects.models import Project
-from projects.services import ProjectUnavailable
 
 Limit = Field(default=plcopen.DEFAULT_LIMIT, ge=1, le=plcopen.MAX_LIMIT, description="At most this many items.")
 Cursor = Field(default=None, max_length=2000, description="The next_cursor of the previous page, to continue.")
-ProjectSlug = Field(max_length=100, description="The project's slug, from project.list.")
-
-
-class ProjectArguments(Arguments):
-    project: str = ProjectSlug
-    session_handle: str | None = Field(
-        default=None,
-        max_length=64,
-        description="Stateless (2026-07-28) clients only: the handle session.request_access gave you.",
-    )
 
 
 class ReadArguments(ProjectArguments):
@@ -82,53 +70,6 @@ class ExportArguments(ReadArguments):
     offset: int = Field(default=0, ge=0, description="The next_offset of the previous answer, to continue.")
 
 
-def visible_project(ctx: CallContext, slug: str) -> Project:
-    """The project, if this principal may view it; otherwise the same answer as for no such project."""
-    project = Project.objects.filter(slug=slug.strip().lower()).first()
-    if project is None or not grants.can_view(ctx.token.owner, project):
-        raise ToolError(
-            "FORGE_ERR_NOT_FOUND", f"There is no project {slug!r}. Call project.list for the projects you may read."
-        )
-    ctx.project = project.slug
-    return project
-
-
-def session_for(ctx: CallContext, handle: str | None) -> McpSession | None:
-    if ctx.session is not None:
-        return ctx.session
-    if handle is None:
-        return None
-    session = find_session(ctx.token, handle)
-    if session is None or session.transport != Transport.HANDLE:
-        raise ToolError(
-            "FORGE_ERR_NOT_FOUND",
-            "This session handle is unknown or has ended. Call session.request_access without one for a new handle.",
-        )
-    ctx.handle = session.id
-    return session
-
-
-def granted_project(ctx: CallContext, args: ProjectArguments) -> Project:
-    """A project this session may read: visible to the principal and granted by an operator."""
-    project = visible_project(ctx, args.project)
-    require_grant(ctx.token, session_for(ctx, args.session_handle), project)
-    return project
-
-
-def _read(call, *args: Any, **kwargs: Any) -> dict[str, Any]:
-    """Run a read; a bad cursor or limit is the client's to fix (-32602), an unknown element a refusal."""
-    try:
-        return call(*args, **kwargs)
-    except ProjectUnavailable as exc:
-        raise ToolError("FORGE_ERR_NOT_FOUND", f"The project cannot be read now: {exc}.") from None
-    except plcopen.ElementNotFound as exc:
-        raise ToolError(
-            "FORGE_ERR_NOT_FOUND", f"{exc}. Use project.find or project.overview to see the element ids."
-        ) from None
-    except ValueError as exc:
-        raise RpcError(INVALID_PARAMS, f"Invalid params: {exc}.") from None
-
-
 @tool("project.list", title="List projects")
 def project_list(ctx: CallContext, args: NoArguments) -> dict[str, Any]:
     """The projects you may ask for, by slug and name. Start here, then project.overview."""
@@ -139,21 +80,21 @@ def project_list(ctx: CallContext, args: NoArguments) -> dict[str, Any]:
     return listing
 
 
-@tool("project.overview", title="Project overview", arguments=ReadArguments, guidance=True)
+@tool("project.overview", title="Project overview", arguments=ReadArguments, needs=NEEDS_GRANT, guidance=True)
 def project_overview(ctx: CallContext, args: ReadArguments) -> dict[str, Any]:
     """What a project holds: counts of POUs by type and language, data types, configurations, resources,
     tasks, instances and variables, with its accepted revision."""
-    return _read(reads.overview, granted_project(ctx, args), view=args.view)
+    return read(reads.overview, ctx.project, view=args.view)
 
 
-@tool("project.find", title="Find elements", arguments=FindArguments)
+@tool("project.find", title="Find elements", arguments=FindArguments, needs=NEEDS_GRANT)
 def project_find(ctx: CallContext, args: FindArguments) -> dict[str, Any]:
     """Find POUs, variables, types, configurations, resources, tasks and instances by a name, type or
     documentation substring (case-insensitive). Returns element ids for project.get_element; pages with
     next_cursor."""
-    return _read(
+    return read(
         reads.find,
-        granted_project(ctx, args),
+        ctx.project,
         view=args.view,
         text=args.text,
         kind=args.kind,
@@ -163,13 +104,13 @@ def project_find(ctx: CallContext, args: FindArguments) -> dict[str, Any]:
     )
 
 
-@tool("project.get_element", title="Get an element", arguments=ElementArguments)
+@tool("project.get_element", title="Get an element", arguments=ElementArguments, needs=NEEDS_GRANT)
 def project_get_element(ctx: CallContext, args: ElementArguments) -> dict[str, Any]:
     """One element by id: a POU with its interface and its ST/IL body (long bodies continue with
     next_cursor), a variable, a task with its instances, or a data type."""
-    return _read(
+    return read(
         reads.get_element,
-        granted_project(ctx, args),
+        ctx.project,
         args.element_id,
         view=args.view,
         body_limit=args.body_limit,
@@ -177,13 +118,13 @@ def project_get_element(ctx: CallContext, args: ElementArguments) -> dict[str, A
     )
 
 
-@tool("project.list_variables", title="List variables", arguments=VariablesArguments)
+@tool("project.list_variables", title="List variables", arguments=VariablesArguments, needs=NEEDS_GRANT)
 def project_list_variables(ctx: CallContext, args: VariablesArguments) -> dict[str, Any]:
     """Variables of a scope (a POU, configuration or resource id; all when omitted), optionally of one
     section such as inputVars or globalVars. Pages with next_cursor."""
-    return _read(
+    return read(
         reads.list_variables,
-        granted_project(ctx, args),
+        ctx.project,
         view=args.view,
         scope=args.scope,
         section=args.section,
@@ -192,27 +133,33 @@ def project_list_variables(ctx: CallContext, args: VariablesArguments) -> dict[s
     )
 
 
-@tool("project.check", title="Check a project", arguments=PageArguments)
+@tool("project.check", title="Check a project", arguments=PageArguments, needs=NEEDS_GRANT)
 def project_check(ctx: CallContext, args: PageArguments) -> dict[str, Any]:
     """Findings of the project (problems first, then advisories): invalid or duplicate names, unknown
     types, bad initial values or addresses, undeclared or unused identifiers, programs without a task,
     and schema errors. Pages with next_offset."""
-    return _read(reads.check, granted_project(ctx, args), limit=args.limit, offset=args.offset, view=args.view)
+    return read(reads.check, ctx.project, limit=args.limit, offset=args.offset, view=args.view)
 
 
-@tool("project.export", title="Export a project", arguments=ExportArguments)
+@tool("project.export", title="Export a project", arguments=ExportArguments, needs=NEEDS_GRANT)
 def project_export(ctx: CallContext, args: ExportArguments) -> dict[str, Any]:
     """The project's PLCopen XML, 32,000 characters at a time (continue with next_offset). Prefer the
     bounded reads: a whole project can be large."""
-    return _read(reads.export, granted_project(ctx, args), offset=args.offset, view=args.view)
+    return read(reads.export, ctx.project, offset=args.offset, view=args.view)
 
 
-@tool("project.suggest_placement", title="Suggest where something belongs", arguments=PlacementArguments, guidance=True)
+@tool(
+    "project.suggest_placement",
+    title="Suggest where something belongs",
+    arguments=PlacementArguments,
+    needs=NEEDS_GRANT,
+    guidance=True,
+)
 def project_suggest_placement(ctx: CallContext, args: PlacementArguments) -> dict[str, Any]:
     """Rank the POUs, configurations and resources where something about a topic belongs, by their names,
     documentation and the variables they declare; each POU names the task or resource instances it runs
     in. Use before change_group.stage to pick a scope."""
-    return _read(reads.suggest_placement, granted_project(ctx, args), args.topic, limit=args.limit, view=args.view)
+    return read(reads.suggest_placement, ctx.project, args.topic, limit=args.limit, view=args.view)
 
 
 @tool("session.request_access", title="Request access to a project", arguments=AccessArguments, read_only=False)
@@ -220,8 +167,7 @@ def session_request_access(ctx: CallContext, args: AccessArguments) -> dict[str,
     """Ask the operators for access to a project for this session (the first project call does it too),
     or see where the request stands: pending, allowed, denied, revoked or ended. Stateless clients get a
     session_handle here (omit it the first time) and pass it with every project call."""
-    project = visible_project(ctx, args.project)
-    session = session_for(ctx, args.session_handle)
+    project, session = ctx.project, ctx.session
     if session is None:
         session = mint_handle(ctx.token, ctx.revision, ctx.client_info)
     request = grants.raise_request(ctx.token, session, project)

@@ -9,9 +9,8 @@ from pydantic import Field
 
 from access import grants, hotpath
 from access.models import Transport
-from access.services import find_session
 from mcp_api.protocol import SERVER_NAME, SERVER_VERSION, CallContext
-from mcp_api.registry import Arguments, NoArguments, ToolError, tool
+from mcp_api.registry import Arguments, NoArguments, tool
 from mcp_api.revisions import ALL_REVISIONS
 
 
@@ -46,14 +45,6 @@ def session_status(ctx: CallContext, args: StatusArguments) -> dict[str, Any]:
     the session id (none for stateless clients), its grants and its context generation (pass it as
     expected_context_generation to the change_group tools)."""
     session = ctx.session
-    if session is None and args.session_handle is not None:
-        session = find_session(ctx.token, args.session_handle)
-        if session is None or session.transport != Transport.HANDLE:
-            raise ToolError(
-                "FORGE_ERR_NOT_FOUND",
-                "This session handle is unknown or has ended. Call session.request_access without one for a "
-                "new handle.",
-            )
     return {
         "revision": ctx.revision,
         "transport": ctx.transport,

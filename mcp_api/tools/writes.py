@@ -21,7 +21,7 @@ from confirmations.sealing import canonical_json
 from confirmations.services import do_create_confirmation
 from mcp_api.protocol import CallContext
 from mcp_api.registry import REGISTRY, Need, Tool, ToolError, register
-from mcp_api.tools.projects import ProjectArguments, granted_project, session_for
+from mcp_api.tools.common import ProjectArguments
 from projects import operations, plcopen
 from projects.capability import APPLY_OPERATIONS, intent_for
 from projects.preview import preview_change
@@ -92,10 +92,8 @@ def console_url(confirmation_id: Any) -> str:
 
 def propose(ctx: CallContext, args: ProjectArguments, tool_name: str, op_name: str) -> dict[str, Any]:
     """Check one operation against the project now and suspend it for an operator's decision."""
-    project = granted_project(ctx, args)
-    session = session_for(ctx, args.session_handle)
     try:
-        project = current_document(project).project
+        project = current_document(ctx.project).project
         current = project_path(project).read_bytes()
     except (ProjectUnavailable, OSError) as exc:
         raise ToolError("FORGE_ERR_NOT_FOUND", f"The project cannot be read now: {exc}.") from None
@@ -120,7 +118,7 @@ def propose(ctx: CallContext, args: ProjectArguments, tool_name: str, op_name: s
         ),
         preview={**preview.content, "result": {"project": project.slug, "changed_ids": list(preview.changed_ids)}},
         principal=ctx.token.owner,
-        session_id=session.id if session is not None else "",
+        session_id=ctx.session_id,
         client_label=ctx.token.label,
         project=project.slug,
         capability="project.file",
