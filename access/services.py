@@ -22,7 +22,6 @@ from access.models import BROADCAST_GROUP, ClientToken, McpSession, ServerState,
 from audit.models import EventKind
 from audit.services import record
 from confirmations.services import do_cancel_confirmations
-from forge_core.console import OPERATORS_GROUP
 from forge_core.errors import AuditUnavailable
 from forge_core.live import notify_console, notify_streams
 
@@ -175,33 +174,6 @@ def do_end_session(session: McpSession, *, reason: str) -> bool:
         )
         transaction.on_commit(lambda: notify_streams(session_group(session.id), "mcp.session_ended"))
     return True
-
-
-def do_create_operator(name: str, password: str, *, acting_user: str):
-    """Create a console operator (or reset an existing one's password) and audit it."""
-    from django.contrib.auth import get_user_model
-    from django.contrib.auth.models import Group, Permission
-
-    with transaction.atomic():
-        group, _ = Group.objects.get_or_create(name=OPERATORS_GROUP)
-        group.permissions.set(
-            Permission.objects.filter(
-                content_type__app_label__in=["access", "mcp_api", "audit", "projects", "confirmations"]
-            )
-        )
-        user, created = get_user_model().objects.get_or_create(username=name)
-        user.is_staff = True
-        user.is_active = True
-        user.set_password(password)
-        user.save()
-        user.groups.add(group)
-        record(
-            EventKind.OPERATOR_CREATED,
-            arguments={"name": name},
-            outcome="created" if created else "password_reset",
-            called_by=acting_user,
-        )
-    return user, created
 
 
 def do_switch_mcp(enabled: bool, *, acting_user: str) -> bool:

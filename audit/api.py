@@ -5,8 +5,8 @@ the leaf), filtered, in sequence order and paged by `seq_after`. `checkpoint` gi
 checkpoint with the public key that checks it. The two proofs are served only against sizes a
 checkpoint was signed at, because a root nobody signed proves nothing. Each view parses, authorizes,
 reads the stored tree through `audit.merkle` and serializes; a bad parameter is a 400 that says what to
-send. Who is asking is settled by the authentication classes in settings (a console login, or a client
-token through `mcp_api.rest`), so this app never imports mcp_api.
+send. Who is asking is settled by the authentication classes in settings (a console login, a client
+token through `access.rest`, or an operator token through `console.rest`), so this app imports neither edge.
 """
 
 from __future__ import annotations

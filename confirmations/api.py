@@ -11,7 +11,7 @@ or (FORGE_ERR_TARGET_DRIFT) a target that changed since, 400 a typed memorable I
 
 Who may call is the operator API's rule (`forge_core.rest.OperatorsOnly`: a console login, with CSRF
 on unsafe methods, or an operator token; a client token is refused); the authentication classes come
-from settings, so this app never imports mcp_api. Reading a confirmation expires what is due first.
+from settings, so this app never imports an edge. Reading a confirmation expires what is due first.
 """
 
 from __future__ import annotations

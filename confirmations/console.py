@@ -199,7 +199,7 @@ def resolution_message(contract: Contract, conclusion: str) -> tuple[int, SafeSt
 
 def confirmation_link(request: HttpRequest, confirmation_id: uuid.UUID) -> HttpResponse:
     """/console/confirmations/<id>/, the address a write tool gives its client for the operator: the
-    confirmation's page. Mounted on the console's site (`mcp_api.console.ConsoleSite`), behind its login."""
+    confirmation's page. Mounted on the console's site (`console.site.ConsoleSite`), behind its login."""
     return HttpResponseRedirect(reverse("admin:confirmations_pendingconfirmation_change", args=[confirmation_id]))
 
 

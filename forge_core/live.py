@@ -1,4 +1,5 @@
-"""Messages to open streams and console pages, through the channel layer (whichever process holds them)."""
+"""Messages to open streams and console pages, through the channel layer (whichever process holds them), and
+the response headers every event stream (the MCP transports' and the console's live feed) opens with."""
 
 from __future__ import annotations
 
@@ -7,6 +8,13 @@ from channels.layers import get_channel_layer
 from django.db import transaction
 
 CONSOLE_GROUP = "console"
+
+# No caching or transforming proxy may hold events back (x-accel-buffering: nginx's response buffering).
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache, no-transform"),
+    (b"x-accel-buffering", b"no"),
+]
 
 
 def notify_streams(group: str, event_type: str, **payload) -> None:

@@ -12,10 +12,11 @@ rather than silently ignored, and a number out of range is a 400 that says what 
 keyset pages: a `next` URL that repeats the filters and names the last item read. A JSON body is read
 into a strict argument model (unknown fields refused) and a bad one is a 400 that names the fields.
 
-Operators: the operator APIs (mcp_api's, confirmations') let in a console login or an operator token and
+Operators: the operator APIs (the console's, confirmations') let in a console login or an operator token and
 refuse every other credential, above all a client token, which stands for an MCP client that must never
-decide for itself. The token classes live in mcp_api and are named in settings; an operator token's class
-derives from `forge_core.console.OperatorAuthentication`, so apps that must not import mcp_api can still tell the two apart.
+decide for itself. The token classes live in access (client tokens) and console (operator tokens) and are
+named in settings; an operator token's class derives from `forge_core.console.OperatorAuthentication`, so
+apps that must not import the console can still tell the two apart.
 """
 
 from __future__ import annotations

@@ -16,4 +16,4 @@ class ForgeSiteConfig(AppConfig):
 
 
 class ConsoleAdminConfig(AdminConfig):
-    default_site = "mcp_api.console.ConsoleSite"
+    default_site = "console.site.ConsoleSite"

@@ -15,7 +15,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 from django.urls import path, re_path  # noqa: E402
 
-from mcp_api.console_stream import ConsoleEventsConsumer  # noqa: E402
+from console.stream import ConsoleEventsConsumer  # noqa: E402
 from mcp_api.consumers import LegacyMessagesConsumer, LegacySseConsumer, StreamableHttpConsumer  # noqa: E402
 from mcp_api.tools import ensure_loaded  # noqa: E402
 

@@ -55,6 +55,7 @@ INSTALLED_APPS = [
     "confirmations",
     "access",
     "mcp_api",
+    "console",
 ]
 
 MIDDLEWARE = [
@@ -152,8 +153,8 @@ REST_FRAMEWORK = {
     # without one it answers a request that carries no credentials 403 instead of 401. The client and
     # operator token classes each leave the other's prefix (fmcp_, fop_) alone.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "mcp_api.rest.BearerTokenAuthentication",
-        "mcp_api.rest.OperatorTokenAuthentication",
+        "access.rest.BearerTokenAuthentication",
+        "console.rest.OperatorTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

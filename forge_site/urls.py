@@ -16,6 +16,6 @@ urlpatterns = [
     # The OpenAPI description of the REST APIs, and Swagger UI on it (its scripts served locally).
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
-    path("api/", include("mcp_api.urls")),
+    path("api/", include("console.urls")),
     path("api/", include("confirmations.urls")),
 ]

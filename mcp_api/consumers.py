@@ -30,18 +30,13 @@ from audit.models import EventKind
 from audit.services import record
 from confirmations.services import confirmation_group
 from forge_core.errors import AuditUnavailable
+from forge_core.live import SSE_HEADERS
+from forge_core.origin import refusal_reason
 from mcp_api import exchange as ex
 from mcp_api.jsonrpc import INVALID_REQUEST, RpcError, encode
-from mcp_api.origin import refusal_reason
 from mcp_api.revisions import SUBSCRIPTION_ID_META_KEY
 
 logger = logging.getLogger("forge.mcp")
-
-SSE_HEADERS = [
-    (b"content-type", b"text/event-stream"),
-    (b"cache-control", b"no-cache, no-transform"),
-    (b"x-accel-buffering", b"no"),
-]
 
 
 def sse_event(data: str, *, event: str = "message", event_id: str | None = None) -> bytes:

@@ -15,7 +15,8 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 
 from access.models import ClientToken
-from access.services import do_create_operator, do_create_token
+from access.services import do_create_token
+from console.operators import do_create_operator
 from mcp_api.tools import ensure_loaded
 
 ensure_loaded()

@@ -8,7 +8,8 @@ The rules, for every package of the product:
 - `confirmations` imports `audit`, the pure `caretaker.fingerprint` (and the ground), nothing of `projects`;
 - `access` (client tokens, sessions, the switch, grants: what the edges share) imports `audit`, `projects`
   and `confirmations` (and the ground);
-- `mcp_api` may import all of those, and nothing imports it but `forge_site`;
+- `mcp_api` (the MCP edge) and `console` (what operators use) may import all of those but not each other
+  (what both need moves down), and nothing imports either but `forge_site`;
 - `forge_site`, the composition root, may import everything, and nothing imports it.
 
 The graph is read from the source with `ast`, so it sees every import: at module level, inside functions
@@ -40,7 +41,8 @@ ALLOWED: dict[str, set[str]] = {
     "confirmations": GROUND | {"audit", "caretaker.fingerprint"},
     "access": GROUND | {"audit", "projects", "confirmations"},
     "mcp_api": BELOW_THE_EDGES,
-    "forge_site": BELOW_THE_EDGES | {"mcp_api"},
+    "console": BELOW_THE_EDGES,
+    "forge_site": BELOW_THE_EDGES | {"mcp_api", "console"},
 }
 PACKAGES = set(ALLOWED)
 
@@ -228,6 +230,28 @@ def test_the_checker_reports_a_back_import_even_inside_a_function(tmp_path):
     assert layering_violations(tmp_path) == [
         "audit.services (line 2) imports mcp_api.models",
         "forge_core.env (line 1) imports forge_site.settings",
+    ]
+
+
+def test_the_checker_reports_the_two_edges_importing_each_other_and_an_app_importing_the_console(tmp_path):
+    _write(
+        tmp_path,
+        {
+            "access/__init__.py": "",
+            "access/services.py": "from console.operators import do_create_operator\n",
+            "console/__init__.py": "",
+            "console/operators.py": "",
+            "console/stream.py": "from mcp_api.consumers import SSE_HEADERS\nfrom access import services\n",
+            "mcp_api/__init__.py": "",
+            "mcp_api/consumers.py": "def reply():\n    from console.site import ConsoleSite\n",
+            "forge_site/__init__.py": "",
+            "forge_site/asgi.py": "from console.stream import ConsoleEventsConsumer\nfrom mcp_api import consumers\n",
+        },
+    )
+    assert layering_violations(tmp_path) == [
+        "access.services (line 1) imports console.operators",
+        "console.stream (line 1) imports mcp_api.consumers",
+        "mcp_api.consumers (line 2) imports console",
     ]
 
 

@@ -18,7 +18,7 @@ from rest_framework.test import APIClient
 from audit.models import AuditEvent, EventKind
 from confirmations.models import ConfirmationState, Contract, ContractState, PendingConfirmation
 from confirmations.services import do_deny_confirmation
-from mcp_api.operator_tokens import do_create_operator_token
+from console.operator_tokens import do_create_operator_token
 from projects import plcopen
 from tests.confirmations.operator_helpers import (
     ask,

@@ -24,8 +24,8 @@ from access.hotpath import mcp_enabled
 from access.models import AccessRequest, AccessState, McpSession, ServerState, Transport
 from access.services import do_end_session, do_open_session, do_switch_mcp
 from audit.models import AuditEvent, EventKind
+from console.operator_tokens import do_create_operator_token, do_revoke_operator_token
 from forge_core.console import OPERATORS_GROUP
-from mcp_api.operator_tokens import do_create_operator_token, do_revoke_operator_token
 from projects.models import Project
 from tests.conftest import Cast, Member
 
@@ -543,7 +543,7 @@ OPERATOR_PATHS = {
     "/api/contracts/{contract_id}",
     "/api/contracts/{contract_id}/rollback",
     "/api/contracts/{contract_id}/resolve",
-    # mcp_api.draft_api
+    # console.draft_api
     "/api/drafts",
     "/api/drafts/{slug}",
     "/api/drafts/{slug}/accept",

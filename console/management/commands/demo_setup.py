@@ -16,8 +16,9 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from access.services import authenticate_token, do_create_operator, do_create_token, do_switch_mcp
-from mcp_api.console import client_configurations
+from access.services import authenticate_token, do_create_token, do_switch_mcp
+from console.operators import do_create_operator
+from console.site import client_configurations
 from projects.demo import demo_project_bytes
 from projects.files import inside_root
 from projects.models import Project

@@ -6,9 +6,9 @@ groups, operations, conflicts and working revision, and follows the console feed
 shows up without a reload). `/console/drafts/<slug>/` is the review: the diff of the accepted file against
 the draft, what the draft adds, changes and removes, each live group with its author, rationale and
 findings, and the Accept all and Discard forms. Both forms carry the working revision the page showed,
-so what is decided is what was reviewed; `mcp_api.acceptance` refuses otherwise. These views parse,
-call `mcp_api.acceptance` and say what happened; they are mounted on the console's site
-(`mcp_api.console.ConsoleSite`), behind its login.
+so what is decided is what was reviewed; `console.acceptance` refuses otherwise. These views parse,
+call `console.acceptance` and say what happened; they are mounted on the console's site
+(`console.site.ConsoleSite`), behind its login.
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ from django.views.decorators.http import require_POST
 
 from access.grants import can_approve
 from confirmations.console import contract_link, preview_sections
-from forge_core.errors import AuditUnavailable
-from mcp_api.acceptance import (
+from console.acceptance import (
     Accepted,
     DraftDecisionRefused,
     do_accept_draft,
@@ -38,6 +37,7 @@ from mcp_api.acceptance import (
     rows,
     waiting,
 )
+from forge_core.errors import AuditUnavailable
 from projects.services import ProjectUnavailable
 
 log = logging.getLogger(__name__)

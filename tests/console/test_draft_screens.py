@@ -1,4 +1,4 @@
-"""The console's working-draft screens (mcp_api.draft_console): the live list of drafts waiting for review,
+"""The console's working-draft screens (console.draft_screens): the live list of drafts waiting for review,
 a draft's review page (diff, what it changes, groups with rationale and findings), and its decisions,
 Accept all and Discard, each checked on the page (the message), in the project file, in the groups'
 states and in the audit log.
@@ -24,7 +24,7 @@ from confirmations.models import Contract, ContractState
 from forge_core.live import CONSOLE_GROUP
 from projects import drafts
 from projects.models import GroupState, Project
-from tests.mcp_api.draft_helpers import (
+from tests.console.draft_helpers import (
     OTHER_SESSION,
     RATIONALE,
     SESSION,
@@ -124,7 +124,7 @@ def test_the_list_follows_the_console_feed(operator):
 
 def test_a_clients_stage_is_announced_to_open_console_pages(cast, project, django_capture_on_commit_callbacks):
     group = begin(project, cast.caretaker)
-    layer = get_channel_layer()  # a fresh in-memory layer for each test (tests/mcp_api/conftest.py)
+    layer = get_channel_layer()  # a fresh in-memory layer for each test (tests/console/conftest.py)
     channel = async_to_sync(layer.new_channel)()
     async_to_sync(layer.group_add)(CONSOLE_GROUP, channel)
 

@@ -6,7 +6,7 @@ requests (keyset pages, as the audit events are paged), allow, deny or revoke a 
 calls and serializes; every decision is audited by the function it calls, with the deciding operator.
 
 Only operators get in: a console login (REST framework enforces CSRF on its unsafe methods) or an
-operator token (`mcp_api.operator_tokens`). A client token authenticates, but is refused with a 403:
+operator token (`console.operator_tokens`). A client token authenticates, but is refused with a 403:
 it stands for an MCP client, which must never decide its own access. A decision the consent functions
 refuse is 404 (no such request), 403 (no `grant_access` on its project, audited there) or 409 (already
 decided), each with its FORGE_ERR code and a sentence.
@@ -36,6 +36,7 @@ from access.grants import (
 )
 from access.models import AccessRequest, AccessState, McpSession
 from access.services import do_switch_mcp
+from console.site import switch_position
 from forge_core.rest import (
     BAD_QUERY,
     OPERATOR_REFUSED,
@@ -51,7 +52,6 @@ from forge_core.rest import (
     refusal,
     whole_number,
 )
-from mcp_api.console import switch_position
 
 PAGE_PARAMETERS = frozenset({"after", "limit"})
 

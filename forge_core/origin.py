@@ -1,4 +1,4 @@
-"""Host and Origin checks of every MCP request (DNS rebinding protection).
+"""Host and Origin checks of every MCP request and of the console's live feed (DNS rebinding protection).
 
 A browser page on another site can reach a server bound to loopback through DNS rebinding; it cannot
 forge the `Origin` and `Host` headers it sends. So a request whose Origin is present and not loopback

@@ -1,12 +1,12 @@
-"""The operator API's HTTP routes, mounted at /api/ (see `mcp_api.api` and `mcp_api.draft_api`)."""
+"""The operator API's HTTP routes, mounted at /api/ (see `console.api` and `console.draft_api`)."""
 
 from __future__ import annotations
 
 from django.urls import path
 
-from mcp_api import api, draft_api
+from console import api, draft_api
 
-app_name = "mcp_api"
+app_name = "console"
 
 urlpatterns = [
     path("sessions", api.sessions, name="sessions"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from mcp_api.operator_tokens import NotAnOperator, do_create_operator_token
+from console.operator_tokens import NotAnOperator, do_create_operator_token
 
 
 class Command(BaseCommand):

@@ -5,7 +5,7 @@
 the admin's index, above the usual list of apps, one POST endpoint that turns the switch through
 `do_switch_mcp`, like the `mcp_switch` command and the server-state actions do, the short address
 of a pending confirmation that write tools give their clients (`/console/confirmations/<id>/`), and the
-working-draft screens (`mcp_api.draft_console`, under `/console/drafts/`). The client
+working-draft screens (`console.draft_screens`, under `/console/drafts/`). The client
 configurations here are also what `demo_setup` prints, there with the demo token filled in.
 """
 
@@ -29,10 +29,10 @@ from access.models import AccessRequest, AccessState, McpSession, ServerState, T
 from access.services import do_switch_mcp
 from confirmations.console import confirmation_link
 from confirmations.models import ConfirmationState, Contract, ContractState, PendingConfirmation
+from console.acceptance import waiting
+from console.draft_screens import DraftScreens
 from forge_core.console import is_operator
 from forge_core.errors import AuditUnavailable
-from mcp_api.acceptance import waiting
-from mcp_api.draft_console import DraftScreens
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,8 @@
-"""`python manage.py runmcp`: serve MCP, the console and the API with daphne."""
+"""`python manage.py runmcp`: serve MCP, the console and the API with daphne.
+
+It serves the whole application and runs the process's background work (contract recovery at start-up,
+audit checkpoints, confirmation expiry), none of it one edge's, so it belongs to the composition root.
+"""
 
 from __future__ import annotations
 
@@ -76,8 +80,8 @@ class Command(BaseCommand):
             raise CommandError(f"--port {port} is not a TCP port; use 1-65535.")
         from daphne.server import Server  # installs the asyncio reactor; import before anything else does
 
-        # The application that settings name (ASGI_APPLICATION), found as Channels' own runserver finds it:
-        # the composition root is reached by that name, never imported by an app.
+        # The application that settings name (ASGI_APPLICATION), found as Channels' own runserver finds it,
+        # after daphne's reactor is installed above.
         application = get_default_application()
 
         raise_open_files_limit()

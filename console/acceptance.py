@@ -10,7 +10,7 @@ executor settles the accepted groups inside its VERIFIED transaction, with the D
 nothing and is audited with the operator and its code. Open console pages and MCP sessions hear of either
 decision through the draft's events (`projects.drafts` records them and tells the console).
 
-The console (`mcp_api.draft_console`) and the operator REST API (`mcp_api.draft_api`) call these and
+The console (`console.draft_screens`) and the operator REST API (`console.draft_api`) call these and
 `review`; neither touches the draft or the executor itself.
 """
 

@@ -11,8 +11,8 @@ from rest_framework.test import APIClient
 
 from access.services import token_digest
 from audit.models import AuditEvent, EventKind
-from mcp_api.models import OperatorToken
-from mcp_api.operator_tokens import NotAnOperator, do_create_operator_token, do_revoke_operator_token
+from console.models import OperatorToken
+from console.operator_tokens import NotAnOperator, do_create_operator_token, do_revoke_operator_token
 from tests.mcp_api.helpers import initialize_message, post
 
 pytestmark = pytest.mark.django_db

@@ -4,7 +4,7 @@ What the console's working-draft screens do, for an operator's scripts: list the
 review (keyset pages by project slug), read one (its revisions, the diff of the file it would write, what
 it adds, changes and removes, and its live change groups with their provenance and findings), and accept
 it all or discard it. Each decision carries the `working_revision` the operator reviewed, so what is
-decided is what was read. Each view parses, calls `mcp_api.acceptance` and serializes; a refusal is a
+decided is what was read. Each view parses, calls `console.acceptance` and serializes; a refusal is a
 `{"code", "detail"}` body: 404 unknown project (or one the operator may not view), 403 without
 approve_change on the project (audited), 409 when the draft moved since the review
 (FORGE_ERR_STALE_REVISION), the accepted file changed since (FORGE_ERR_TARGET_DRIFT), another contract
@@ -29,6 +29,17 @@ from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from console.acceptance import (
+    DraftDecisionRefused,
+    DraftReview,
+    DraftRow,
+    do_accept_draft,
+    do_discard_draft,
+    review,
+    reviewable,
+    rows,
+    waiting,
+)
 from forge_core.rest import (
     BAD_QUERY,
     OPERATOR_REFUSED,
@@ -41,22 +52,11 @@ from forge_core.rest import (
     query_parameters,
     refusal,
 )
-from mcp_api.acceptance import (
-    DraftDecisionRefused,
-    DraftReview,
-    DraftRow,
-    do_accept_draft,
-    do_discard_draft,
-    review,
-    reviewable,
-    rows,
-    waiting,
-)
 from projects.services import ProjectUnavailable
 
 
 class Refused(APIException):
-    """A refusal of `mcp_api.acceptance`, on the wire with its own code and status."""
+    """A refusal of `console.acceptance`, on the wire with its own code and status."""
 
     def __init__(self, refused: DraftDecisionRefused) -> None:
         self.status_code = refused.status

@@ -1,4 +1,4 @@
-"""The operator REST API for working drafts (mcp_api.draft_api): the list, one draft as a reviewer reads it,
+"""The operator REST API for working drafts (console.draft_api): the list, one draft as a reviewer reads it,
 accept and discard with the reviewed working revision; each refusal with its status and FORGE_ERR code,
 nothing written, and audited where an operator tried.
 
@@ -15,12 +15,12 @@ from rest_framework.test import APIClient
 from audit.models import EventKind
 from confirmations.models import Contract, ContractState
 from confirmations.services import do_resolve_contract
-from mcp_api import acceptance
-from mcp_api.operator_tokens import do_create_operator_token
+from console import acceptance
+from console.operator_tokens import do_create_operator_token
 from projects import drafts
 from projects.models import GroupState, Project
 from tests.conftest import Cast, Member
-from tests.mcp_api.draft_helpers import (
+from tests.console.draft_helpers import (
     OTHER_SESSION,
     RATIONALE,
     SESSION,

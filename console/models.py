@@ -1,4 +1,8 @@
-"""Operator tokens: bearer credentials for operators' scripts on the operator API."""
+"""Operator tokens: bearer credentials for operators' scripts on the operator API.
+
+The model was born in `mcp_api` and keeps its table (`db_table`), so a database migrated before it moved
+here works unchanged (console/migrations/0001_initial.py).
+"""
 
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ class OperatorToken(models.Model):
     revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
+        db_table = "mcp_api_operatortoken"
         ordering = ["-created_at"]
 
     def __str__(self) -> str:

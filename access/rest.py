@@ -1,15 +1,14 @@
-"""Client and operator tokens as Django REST framework authentications, for the HTTP APIs beside /mcp.
+"""Client tokens as a Django REST framework authentication, for the HTTP APIs beside /mcp.
 
 The bearer token that opens MCP sessions also authenticates `/api/...` requests: the token's owner
 becomes the request's user and the token its `auth`, so an API's permissions see the same person the
-console does. An operator token (`fop_`, `mcp_api.operator_tokens`) authenticates its operator the same
-way, with the `OperatorToken` as `auth`. Both read `Authorization: Bearer`; each leaves the other's
-prefix to the next class, so either order works, and settings put the client class first (its
-WWW-Authenticate makes a request without credentials a 401). Settings name these classes by dotted path
-(REST_FRAMEWORK), which lets apps that must not import mcp_api (audit) still be reached with a token. An
-unknown, expired or revoked token is refused and audited as the MCP endpoint does.
+console does. It reads `Authorization: Bearer` and leaves an operator token (`fop_`, authenticated by
+`console.rest`) to the next class, so either order works, and settings put this class first (its
+WWW-Authenticate makes a request without credentials a 401). Settings name it by dotted path
+(REST_FRAMEWORK), which lets apps below the edges (audit, confirmations) be reached with a token without
+importing it. An unknown, expired or revoked token is refused and audited as the MCP endpoint does.
 
-The OpenAPI extensions beside them describe both schemes to drf-spectacular.
+The OpenAPI extension beside it describes the scheme to drf-spectacular.
 """
 
 from __future__ import annotations
@@ -23,9 +22,7 @@ from rest_framework.request import Request
 
 from access.models import ClientToken
 from access.services import TOKEN_PREFIX, authenticate_bearer
-from forge_core.console import OperatorAuthentication
-from mcp_api.models import OperatorToken
-from mcp_api.operator_tokens import OPERATOR_TOKEN_PREFIX, authenticate_operator_token
+from forge_core.console import OPERATOR_TOKEN_PREFIX
 
 REALM = "forge-mcp"
 
@@ -57,25 +54,6 @@ class BearerTokenAuthentication(BaseAuthentication):
         return f'Bearer realm="{REALM}"'
 
 
-class OperatorTokenAuthentication(OperatorAuthentication):
-    """`Authorization: Bearer fop_...`, an operator token; any other value is left to the other classes."""
-
-    def authenticate(self, request: Request) -> tuple[AbstractBaseUser, OperatorToken] | None:
-        raw = bearer_credential(request)
-        if raw is None or not raw.startswith(OPERATOR_TOKEN_PREFIX):
-            return None
-        token = authenticate_operator_token(raw, request.path)
-        if token is None:
-            raise AuthenticationFailed(
-                "This operator token is unknown or revoked, or its user is no longer an operator; make a new "
-                "one with 'manage.py create_operator_token'."
-            )
-        return token.user, token
-
-    def authenticate_header(self, request: Request) -> str:
-        return f'Bearer realm="{REALM}"'
-
-
 class ClientTokenScheme(OpenApiAuthenticationExtension):
     target_class = BearerTokenAuthentication
     name = "clientToken"
@@ -84,17 +62,4 @@ class ClientTokenScheme(OpenApiAuthenticationExtension):
         return {
             **build_bearer_security_scheme_object("Authorization", "Bearer", bearer_format=f"{TOKEN_PREFIX}..."),
             "description": "A client token from the Forge console or 'manage.py create_token'.",
-        }
-
-
-class OperatorTokenScheme(OpenApiAuthenticationExtension):
-    target_class = OperatorTokenAuthentication
-    name = "operatorToken"
-
-    def get_security_definition(self, auto_schema) -> dict[str, str]:
-        return {
-            **build_bearer_security_scheme_object(
-                "Authorization", "Bearer", bearer_format=f"{OPERATOR_TOKEN_PREFIX}..."
-            ),
-            "description": "An operator token from 'manage.py create_operator_token'.",
         }

@@ -8,7 +8,7 @@ from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
-from access.services import do_create_operator
+from console.operators import do_create_operator
 
 
 class Command(BaseCommand):

@@ -12,7 +12,7 @@ from django.contrib.auth.models import Permission
 from audit.models import AuditEvent
 from confirmations import executor
 from confirmations.models import Contract, ContractState
-from mcp_api.acceptance import CAPABILITY
+from console.acceptance import CAPABILITY
 from projects import drafts, plcopen
 from projects.capability import APPLY_OPERATIONS, intent_for
 from projects.files import inside_root

@@ -22,10 +22,8 @@ from channels.utils import await_many_dispatch
 from django.conf import settings
 
 from forge_core.console import is_operator
-from mcp_api.consumers import SSE_HEADERS
-from mcp_api.origin import refusal_reason
-
-CONSOLE_GROUP = "console"
+from forge_core.live import CONSOLE_GROUP, SSE_HEADERS
+from forge_core.origin import refusal_reason
 
 
 class ConsoleEventsConsumer(AsyncConsumer):

@@ -17,7 +17,7 @@ from access.hotpath import mcp_enabled
 from access.models import Transport
 from access.services import do_end_session, do_open_session, do_switch_mcp
 from audit.models import AuditEvent, EventKind
-from mcp_api import console
+from console import site
 
 pytestmark = pytest.mark.django_db
 
@@ -221,7 +221,7 @@ def test_ended_sessions_are_not_listed_or_counted(operator_client, cast):
 
 
 def test_past_the_shown_limit_the_newest_sessions_are_listed_with_a_link_to_all(operator_client, cast, monkeypatch):
-    monkeypatch.setattr(console, "OPEN_SESSIONS_SHOWN", 2)
+    monkeypatch.setattr(site, "OPEN_SESSIONS_SHOWN", 2)
     opened = [open_session_of(cast.other_operator) for _ in range(3)]
 
     response = operator_client.get(reverse(DASHBOARD))

@@ -20,11 +20,9 @@ from django.utils import timezone
 from access.services import token_digest
 from audit.models import EventKind
 from audit.services import record
-from forge_core.console import is_operator
+from console.models import OperatorToken
+from forge_core.console import OPERATOR_TOKEN_PREFIX, is_operator
 from forge_core.errors import AuditUnavailable
-from mcp_api.models import OperatorToken
-
-OPERATOR_TOKEN_PREFIX = "fop_"
 
 
 class NotAnOperator(Exception):
