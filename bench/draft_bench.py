@@ -252,7 +252,8 @@ def materialization(run: DraftRun, repeat: int) -> dict[str, Any]:
 def stage_parts(run: DraftRun, next_op: dict[str, Any], repeat: int) -> dict[str, Any]:
     """The parts of one stage call, each on its own, on the draft as it is now (nothing is stored), and the
     whole-project findings check a reviewer's view pays, with its ST scans remembered and without."""
-    from projects import drafts, findings, iec, operations, plcopen
+    from projects import drafts, findings, iec, operations
+    from projects.plcopen import documents
     from projects.services import current_document
 
     document = drafts.current(run.project).document
@@ -263,7 +264,7 @@ def stage_parts(run: DraftRun, next_op: dict[str, Any], repeat: int) -> dict[str
         "deep copy of the draft": median_ms(document.copy, repeat),
         "apply 1 op (copy + edit + XSD)": median_ms(lambda: operations.apply(document, [next_op]), repeat),
         "XSD validation of the result": median_ms(
-            lambda: plcopen._validate_root(result.root, plcopen.SCHEMA_PATH), repeat
+            lambda: documents._validate_root(result.root, documents.SCHEMA_PATH), repeat
         ),
         "findings of the result (findings_for)": median_ms(
             lambda: drafts.findings_for(result, applied.changed_ids), repeat

@@ -30,8 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from projects import plcopen  # noqa: E402
 from projects.operations import apply  # noqa: E402
+from projects.plcopen import documents, elements, queries, tc6  # noqa: E402
 
 SECTIONS = ("inputVars", "outputVars", "localVars")
 TYPES = ("INT", "BOOL", "REAL", "DINT", "TIME", "STRING")
@@ -85,40 +85,19 @@ def generate(pous: int, variables: int, seed: int = 1) -> bytes:
         for t in range(5)
     )
     globals_ = "".join(variable_xml(f"Global_{g}", "INT", g, " " * 10) for g in range(50))
-    return f"""<?xml version='1.0' encoding='utf-8'?>
-<project xmlns:xhtml="http://www.w3.org/1999/xhtml" xmlns="http://www.plcopen.org/xml/tc6_0201">
-  <fileHeader companyName="bench" productName="bench" productVersion="1" creationDateTime="2024-01-01T00:00:00"/>
-  <contentHeader name="Bench">
-    <coordinateInfo>
-      <fbd>
-        <scaling x="0" y="0"/>
-      </fbd>
-      <ld>
-        <scaling x="0" y="0"/>
-      </ld>
-      <sfc>
-        <scaling x="0" y="0"/>
-      </sfc>
-    </coordinateInfo>
-  </contentHeader>
-  <types>
-    <dataTypes>
-{types}    </dataTypes>
-    <pous>
-{"".join(parts)}    </pous>
-  </types>
-  <instances>
-    <configurations>
-      <configuration name="C0">
-        <resource name="R0">
-{tasks}        </resource>
-        <globalVars>
-{globals_}        </globalVars>
-      </configuration>
-    </configurations>
-  </instances>
-</project>
-""".encode()
+    configurations = (
+        f'      <configuration name="C0">\n        <resource name="R0">\n{tasks}        </resource>\n'
+        f"        <globalVars>\n{globals_}        </globalVars>\n      </configuration>\n"
+    )
+    return tc6.project_skeleton(
+        name="Bench",
+        product="bench",
+        company="bench",
+        created="2024-01-01T00:00:00",
+        data_types=types,
+        pous="".join(parts),
+        configurations=configurations,
+    ).encode()
 
 
 def timings(fn: Callable[[int], object], repeat: int) -> list[float]:
@@ -170,29 +149,29 @@ def bench_size(pous: int, variables: int, repeat: int) -> None:
     rng = random.Random(7)
 
     def import_(_: int) -> None:
-        assert plcopen.validate(plcopen.load(data)) == []
+        assert documents.validate(documents.load(data)) == []
 
     print(row("import (load + validate)", timings(import_, max(5, repeat // 20))))
-    doc = plcopen.load(data)
-    plcopen.validate(doc)
-    print(row("index build (once per state)", timings(lambda _: plcopen.ElementIndex.build(doc.root), 5)))
+    doc = documents.load(data)
+    documents.validate(doc)
+    print(row("index build (once per state)", timings(lambda _: elements.ElementIndex.build(doc.root), 5)))
     assert len([e for e in doc.index.entries if e.kind == "variable"]) >= variables
-    print(row("export (serialize)", timings(lambda _: plcopen.serialize(doc), max(5, repeat // 20))))
+    print(row("export (serialize)", timings(lambda _: documents.serialize(doc), max(5, repeat // 20))))
 
     pou_ids = [e.id for e in doc.index.entries if e.kind == "pou"]
     var_ids = [e.id for e in doc.index.entries if e.kind == "variable"]
-    print(row("find name substring", timings(lambda i: plcopen.find(doc, text=f"_{rng.randrange(pous)}_1"), repeat)))
+    print(row("find name substring", timings(lambda i: queries.find(doc, text=f"_{rng.randrange(pous)}_1"), repeat)))
     print(
-        row("find kind=variable type=REAL", timings(lambda _: plcopen.find(doc, kind="variable", type="real"), repeat))
+        row("find kind=variable type=REAL", timings(lambda _: queries.find(doc, kind="variable", type="real"), repeat))
     )
-    print(row("find miss (full scan)", timings(lambda _: plcopen.find(doc, text="no-such-thing"), repeat)))
-    print(row("find documentation text", timings(lambda _: plcopen.find(doc, text="of line 36"), repeat)))
-    print(row("get_element POU", timings(lambda _: plcopen.get_element(doc, rng.choice(pou_ids)), repeat)))
-    print(row("get_element variable", timings(lambda _: plcopen.get_element(doc, rng.choice(var_ids)), repeat)))
+    print(row("find miss (full scan)", timings(lambda _: queries.find(doc, text="no-such-thing"), repeat)))
+    print(row("find documentation text", timings(lambda _: queries.find(doc, text="of line 36"), repeat)))
+    print(row("get_element POU", timings(lambda _: queries.get_element(doc, rng.choice(pou_ids)), repeat)))
+    print(row("get_element variable", timings(lambda _: queries.get_element(doc, rng.choice(var_ids)), repeat)))
     print(
         row(
             "list_variables (POU scope)",
-            timings(lambda _: plcopen.list_variables(doc, scope=rng.choice(pou_ids)), repeat),
+            timings(lambda _: queries.list_variables(doc, scope=rng.choice(pou_ids)), repeat),
         )
     )
 
@@ -204,14 +183,14 @@ def bench_size(pous: int, variables: int, repeat: int) -> None:
     print(
         row(
             "  of which: XSD validation",
-            timings(lambda _: plcopen._validate_root(doc.root, plcopen.SCHEMA_PATH), count),
+            timings(lambda _: documents._validate_root(doc.root, documents.SCHEMA_PATH), count),
         )
     )
     results = [apply(doc, batch(i, pous, per_pou)).doc for i in range(5)]
     print(
-        row("get_element right after apply", timings(lambda i: plcopen.get_element(results[i], rng.choice(pou_ids)), 5))
+        row("get_element right after apply", timings(lambda i: queries.get_element(results[i], rng.choice(pou_ids)), 5))
     )
-    print(row("first find after apply (builds index)", timings(lambda i: plcopen.find(results[i], text="x"), 5)))
+    print(row("first find after apply (builds index)", timings(lambda i: queries.find(results[i], text="x"), 5)))
 
 
 def main() -> None:

@@ -22,9 +22,10 @@ from django.utils import timezone
 from audit.models import EventKind
 from audit.services import record
 from forge_core.capabilities import IntentRefused, Observation, Step, TargetMissing
-from projects import drafts, operations, plcopen
+from projects import drafts, operations
 from projects.files import PathOutsideRoot, inside_root, write_atomically
 from projects.models import Project
+from projects.plcopen import documents
 
 APPLY_OPERATIONS = "apply_operations"
 ACCEPT_DRAFT = "accept_draft"  # the same transformation, and the draft's groups become accepted
@@ -62,10 +63,10 @@ class ProjectFileCapability:
             content = path.read_bytes()
         except OSError as exc:
             raise TargetMissing(f"the project file cannot be read ({exc.strerror})") from None
-        return Observation(content=content, fingerprint=plcopen.fingerprint(content))
+        return Observation(content=content, fingerprint=documents.fingerprint(content))
 
     def fingerprint(self, content: bytes) -> str:
-        return plcopen.fingerprint(content)
+        return documents.fingerprint(content)
 
     def forward(self, identity: Mapping[str, Any], method: str, current: bytes, intent: Mapping[str, Any]) -> bytes:
         if method not in (APPLY_OPERATIONS, ACCEPT_DRAFT):
@@ -97,17 +98,17 @@ def intent_for(ops: list[dict[str, Any]], modified_at: datetime | None = None) -
     return {"operations": ops, "modified_at": stamp}
 
 
-def applied(document: plcopen.ProjectDocument, intent: Mapping[str, Any]) -> tuple[operations.ApplyResult, bytes]:
+def applied(document: documents.ProjectDocument, intent: Mapping[str, Any]) -> tuple[operations.ApplyResult, bytes]:
     """Apply an intent to a parsed document: the result and its bytes; OperationRefused when it does not apply."""
     result = operations.apply(document, intent["operations"], now=datetime.fromisoformat(intent["modified_at"]))
-    return result, plcopen.serialize(result.doc)
+    return result, documents.serialize(result.doc)
 
 
 def apply_intent(current: bytes, intent: Mapping[str, Any]) -> bytes:
     """The file's new bytes: the same for the same input, so a preview and the write agree exactly."""
     try:
-        return applied(plcopen.load(current), intent)[1]
-    except (plcopen.ProjectFormatError, operations.OperationRefused, KeyError, ValueError) as exc:
+        return applied(documents.load(current), intent)[1]
+    except (documents.ProjectFormatError, operations.OperationRefused, KeyError, ValueError) as exc:
         raise IntentRefused(f"the change no longer applies: {exc}") from None
 
 
@@ -116,10 +117,7 @@ def do_record_written(slug: str, fingerprint: str, *, actor: str, label: str) ->
     with transaction.atomic():
         project = Project.objects.select_for_update().get(slug=slug)
         if project.fingerprint != fingerprint:
-            project.fingerprint = fingerprint
-            project.accepted_revision += 1
-            project.updated_at = timezone.now()
-            project.save(update_fields=["fingerprint", "accepted_revision", "updated_at"])
+            project.advance_revision(fingerprint)
         record(
             EventKind.PROJECT_WRITTEN,
             arguments={"fingerprint": fingerprint, "revision": project.accepted_revision, "change": label},

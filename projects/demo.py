@@ -10,39 +10,20 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from projects import operations, plcopen
+from projects import operations
+from projects.plcopen import documents
+from projects.plcopen.tc6 import project_skeleton
 
 CREATED = "2026-01-01T00:00:00"
 
-SKELETON = f"""<?xml version='1.0' encoding='utf-8'?>
-<project xmlns="http://www.plcopen.org/xml/tc6_0201" xmlns:xhtml="http://www.w3.org/1999/xhtml">
-  <fileHeader companyName="Forge MCP" productName="Forge MCP demo" productVersion="1" creationDateTime="{CREATED}"/>
-  <contentHeader name="Conveyor line demo" modificationDateTime="{CREATED}">
-    <coordinateInfo>
-      <fbd>
-        <scaling x="0" y="0"/>
-      </fbd>
-      <ld>
-        <scaling x="0" y="0"/>
-      </ld>
-      <sfc>
-        <scaling x="0" y="0"/>
-      </sfc>
-    </coordinateInfo>
-  </contentHeader>
-  <types>
-    <dataTypes/>
-    <pous/>
-  </types>
-  <instances>
-    <configurations>
-      <configuration name="Plant">
-        <resource name="Cpu"/>
-      </configuration>
-    </configurations>
-  </instances>
-</project>
-"""
+SKELETON = project_skeleton(
+    name="Conveyor line demo",
+    product="Forge MCP demo",
+    company="Forge MCP",
+    created=CREATED,
+    modified=CREATED,
+    configurations='      <configuration name="Plant">\n        <resource name="Cpu"/>\n      </configuration>\n',
+)
 
 MOTOR_BODY = """(* Runs the motor while enabled and no fault is latched. *)
 IF Reset THEN
@@ -118,6 +99,6 @@ OPERATIONS: list[dict[str, Any]] = [
 
 def demo_project_bytes() -> bytes:
     """The demo project's file: the same bytes every time (its modification time is fixed)."""
-    skeleton = plcopen.load(SKELETON.encode())
+    skeleton = documents.load(SKELETON.encode())
     built = operations.apply(skeleton, operations.parse_operations(OPERATIONS), now=datetime(2026, 1, 1, tzinfo=UTC))
-    return plcopen.serialize(built.doc)
+    return documents.serialize(built.doc)

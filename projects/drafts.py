@@ -30,7 +30,7 @@ from lxml import etree
 from audit.models import EventKind
 from audit.services import record
 from forge_core.live import notify_console
-from projects import findings, operations, plcopen
+from projects import findings, operations
 from projects.models import (
     LIVE_GROUP_STATES,
     ChangeGroup,
@@ -40,6 +40,7 @@ from projects.models import (
     StagedOperation,
     WorkingDraft,
 )
+from projects.plcopen import documents, elements
 from projects.services import Opened, current_document
 
 CACHE_SIZE = 8
@@ -62,8 +63,8 @@ class Materialized:
     """The draft's document at one working revision, and the operations that no longer apply."""
 
     draft: WorkingDraft
-    accepted: plcopen.ProjectDocument
-    document: plcopen.ProjectDocument
+    accepted: documents.ProjectDocument
+    document: documents.ProjectDocument
     conflicts: dict[int, str] = field(default_factory=dict)  # StagedOperation pk -> why it does not apply
 
     def __post_init__(self) -> None:
@@ -143,7 +144,7 @@ def _live_operations(draft: WorkingDraft) -> list[StagedOperation]:
     return list(StagedOperation.objects.filter(draft=draft, group__state__in=LIVE_GROUP_STATES).order_by("position"))
 
 
-def materialize(draft: WorkingDraft, accepted: plcopen.ProjectDocument) -> Materialized:
+def materialize(draft: WorkingDraft, accepted: documents.ProjectDocument) -> Materialized:
     """The draft's document: every live operation replayed in order on the accepted document; one that
     no longer applies is skipped and recorded as a conflict (cached per base and working revision)."""
     found = _cached(_key(draft))
@@ -154,7 +155,7 @@ def materialize(draft: WorkingDraft, accepted: plcopen.ProjectDocument) -> Mater
     return materialized
 
 
-def _replay(draft: WorkingDraft, accepted: plcopen.ProjectDocument, staged: list[StagedOperation]) -> Materialized:
+def _replay(draft: WorkingDraft, accepted: documents.ProjectDocument, staged: list[StagedOperation]) -> Materialized:
     """Apply operations in order with the draft's stamp, skipping (and recording) those that do not apply.
     The common case is one `apply` of them all; a refusal costs one more for the operations before it."""
     materialized = Materialized(draft=draft, accepted=accepted, document=accepted)
@@ -191,7 +192,7 @@ def _touches(element_id: str, changed: Sequence[str]) -> bool:
     return any(key == c or key.startswith(c + "/") or c.startswith(key + "/") for c in (c.lower() for c in changed))
 
 
-def findings_for(document: plcopen.ProjectDocument, changed: Sequence[str]) -> list[dict[str, str]]:
+def findings_for(document: documents.ProjectDocument, changed: Sequence[str]) -> list[dict[str, str]]:
     """Findings of a document about the elements some operations changed (and the schema's, if any)."""
     # Only the POUs the operations touched are checked: every other POU's findings are about elements
     # outside these, and checking each POU's ST again is most of a whole-project check.
@@ -331,7 +332,7 @@ def _carry_forward(draft: WorkingDraft, previous: Materialized) -> None:
 class Rehearsal:
     changed_ids: tuple[str, ...]
     findings: list[dict[str, str]]
-    document: plcopen.ProjectDocument
+    document: documents.ProjectDocument
 
 
 def rehearse(materialized: Materialized, raw: Sequence[Any], now=None) -> Rehearsal:
@@ -595,7 +596,7 @@ def describe(project: Project, *, limit: int = DESCRIBE_LIMIT) -> dict[str, Any]
     }
 
 
-def _differing_fields(old: plcopen.Entry, new: plcopen.Entry) -> dict[str, Any]:
+def _differing_fields(old: elements.Entry, new: elements.Entry) -> dict[str, Any]:
     differing: dict[str, Any] = {}
     if old.name != new.name:
         differing["name"] = {"accepted": old.name, "draft": new.name}

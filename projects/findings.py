@@ -40,10 +40,18 @@ from typing import Any
 
 from lxml import etree
 
-from projects import iec, plcopen
+from projects import iec
+from projects.plcopen import documents
+from projects.plcopen.tc6 import (
+    ELEMENTARY_TYPE_ELEMENTS,
+    NS,
+    VAR_SECTIONS,
+    first_element,
+    formatted_text,
+    local_name,
+    q,
+)
 
-NS = "http://www.plcopen.org/xml/tc6_0201"
-XHTML_NS = "http://www.w3.org/1999/xhtml"
 _X = {"p": NS}
 
 PROBLEM = "problem"
@@ -75,21 +83,7 @@ LIBRARY_TYPES = frozenset(
     ]
 )
 
-_VAR_SECTIONS = (
-    "localVars",
-    "tempVars",
-    "inputVars",
-    "outputVars",
-    "inOutVars",
-    "externalVars",
-    "globalVars",
-    "accessVars",
-)
 _LOCAL_SECTIONS = ("localVars", "tempVars")
-# TC6 spells the string types in lower case and has only the short forms DT and TOD.
-_ELEMENTARY_ELEMENTS = frozenset(
-    t.name.lower() if t.kind in ("string", "wstring") else t.name for t in iec.ELEMENTARY_TYPES.values()
-)
 _POU_KINDS = {"function": "function", "functionBlock": "function block", "program": "program"}
 # Which elementary types fit each address size, as Beremiz maps them (plcopen LOCATIONDATATYPES).
 _SIZE_TYPES = {
@@ -166,7 +160,7 @@ def check(
     the POU checks, the costly part, to those POUs: every finding they make is about an element inside the
     POU, so a caller that only wants findings about some POUs loses nothing. Schema validity is not checked
     here: the caller validates against the XSD and reports `schema_invalid` itself."""
-    if root.tag != f"{{{NS}}}project":
+    if root.tag != q("project"):
         raise ValueError("not a PLCopen TC6 2.01 project element")
     project = _index(root, known_types)
     _check_global_names(root, project)
@@ -194,14 +188,14 @@ def check(
 
 
 def document_findings(
-    document: plcopen.ProjectDocument, *, pous: Collection[str] | None = None
+    document: documents.ProjectDocument, *, pous: Collection[str] | None = None
 ) -> list[dict[str, str]]:
     """Every finding of a document (of its POU checks, only those of `pous` when given) and its schema
     errors, as dicts, problems first."""
     found = [f.to_dict() for f in check(document.root, pous=pous)]
     found += [
         {"code": "schema_invalid", "severity": "problem", "element_id": "", "message": f"line {e.line}: {e.message}"}
-        for e in plcopen.validate(document)
+        for e in documents.validate(document)
     ]
     found.sort(key=lambda f: (f["severity"] != "problem", f["element_id"], f["code"]))
     return found
@@ -210,21 +204,6 @@ def document_findings(
 def _xpath(element: etree._Element, path: str) -> list[Any]:
     """Elements or attribute strings, as the path selects."""
     return element.xpath(path, namespaces=_X)
-
-
-def _q(tag: str) -> str:
-    return f"{{{NS}}}{tag}"
-
-
-def _local(element: etree._Element) -> str:
-    return etree.QName(element).localname
-
-
-def _content(element: etree._Element | None) -> etree._Element | None:
-    """The single child element of a `type`, `baseType`, `initialValue` or array/struct `value`."""
-    if element is None:
-        return None
-    return next((child for child in element if isinstance(child.tag, str)), None)
 
 
 def _name(element: etree._Element) -> str:
@@ -236,9 +215,9 @@ def _sections(interface: etree._Element | None) -> Iterator[tuple[str, etree._El
     if interface is None:
         return
     for section in interface:
-        if isinstance(section.tag, str) and _local(section) in _VAR_SECTIONS:
-            for variable in section.iterchildren(_q("variable")):
-                yield _local(section), variable
+        if isinstance(section.tag, str) and local_name(section) in VAR_SECTIONS:
+            for variable in section.iterchildren(q("variable")):
+                yield local_name(section), variable
 
 
 def _index(root: etree._Element, known_types: Iterable[str]) -> _Project:
@@ -329,7 +308,7 @@ def _check_global_names(root: etree._Element, project: _Project) -> None:
 def _check_type_refs(project: _Project, type_element: etree._Element | None, element_id: str, subject: str) -> None:
     if type_element is None:
         return
-    for derived in type_element.iter(_q("derived")):
+    for derived in type_element.iter(q("derived")):
         problem = project.type_problem(_name(derived))
         if problem:
             project.report("unknown_type", element_id, f"The type of {subject} is unknown: {problem}.")
@@ -341,14 +320,14 @@ def _elementary_name(
     """The elementary type a type element denotes, following aliases (`TYPE Speed : INT`)."""
     if content is None:
         return None
-    kind = _local(content)
-    if kind in _ELEMENTARY_ELEMENTS:
+    kind = local_name(content)
+    if kind in ELEMENTARY_TYPE_ELEMENTS:
         return kind.upper()
     if kind == "derived":
         key = _name(content).casefold()
         data_type = project.data_types.get(key)
         if data_type is not None and key not in seen:
-            return _elementary_name(project, _content(data_type.find(_q("baseType"))), seen | {key})
+            return _elementary_name(project, first_element(data_type.find(q("baseType"))), seen | {key})
     return None
 
 
@@ -371,8 +350,8 @@ def _value_problem(
     or None. Types this module cannot see into (function blocks, unknown names, pointers) pass."""
     if content is None or value is None:
         return None
-    kind, value_kind = _local(content), _local(value)
-    if kind in _ELEMENTARY_ELEMENTS:
+    kind, value_kind = local_name(content), local_name(value)
+    if kind in ELEMENTARY_TYPE_ELEMENTS:
         type_label = kind.upper()
         if value_kind != "simpleValue":
             return f"a {type_label} takes a single value, not a list or a structure."
@@ -387,7 +366,7 @@ def _value_problem(
         data_type = project.data_types.get(key)
         if data_type is None or key in seen:
             return None
-        base = _content(data_type.find(_q("baseType")))
+        base = first_element(data_type.find(q("baseType")))
         return _value_problem(project, base, value, type_name=_name(data_type), seen=seen | {key})
     if kind == "enum":
         return _enum_value_problem(content, value, type_name)
@@ -401,7 +380,7 @@ def _value_problem(
 
 
 def _enum_value_problem(content: etree._Element, value: etree._Element, type_name: str | None) -> str | None:
-    if _local(value) != "simpleValue":
+    if local_name(value) != "simpleValue":
         return "an enumeration takes a single value name."
     names = [str(n) for n in _xpath(content, "p:values/p:value/@name")]
     text = value.get("value", "").strip()
@@ -414,15 +393,15 @@ def _enum_value_problem(content: etree._Element, value: etree._Element, type_nam
 
 
 def _subrange_value_problem(project: _Project, content: etree._Element, value: etree._Element) -> str | None:
-    base = _elementary_name(project, _content(content.find(_q("baseType"))))
-    if base is None or iec.elementary_type(base) is None or _local(value) != "simpleValue":
+    base = _elementary_name(project, first_element(content.find(q("baseType"))))
+    if base is None or iec.elementary_type(base) is None or local_name(value) != "simpleValue":
         return None
     text = value.get("value", "").strip()
     problem = iec.check_literal(base, text)
     if problem:
         return problem
     number = iec.parse_integer_literal(_TYPE_PREFIX.sub("", text, count=1))
-    bounds = content.find(_q("range"))
+    bounds = content.find(q("range"))
     if number is None or bounds is None:
         return None
     lower = iec.parse_integer_literal(bounds.get("lower", "").strip())
@@ -434,17 +413,17 @@ def _subrange_value_problem(project: _Project, content: etree._Element, value: e
 
 def _array_value_problem(project: _Project, content: etree._Element, value: etree._Element) -> str | None:
     # A simpleValue for an array is some tools' text form ("[1, 2]"); only arrayValue is read.
-    if _local(value) != "arrayValue":
+    if local_name(value) != "arrayValue":
         return None
-    base = _content(content.find(_q("baseType")))
+    base = first_element(content.find(q("baseType")))
     total = 0
-    for position, item in enumerate(value.iterchildren(_q("value")), start=1):
+    for position, item in enumerate(value.iterchildren(q("value")), start=1):
         repetitions = item.get("repetitionValue", "1").strip()
         count = iec.parse_integer_literal(repetitions)
         if count is None or count < 0:
             return f"element {position} has the repetition count '{repetitions}', which is not a whole number."
         total += count
-        problem = _value_problem(project, base, _content(item))
+        problem = _value_problem(project, base, first_element(item))
         if problem:
             return f"element {position}: {problem}"
     capacity = _array_capacity(content)
@@ -455,7 +434,7 @@ def _array_value_problem(project: _Project, content: etree._Element, value: etre
 
 def _array_capacity(content: etree._Element) -> int | None:
     sizes = []
-    for dimension in content.iterchildren(_q("dimension")):
+    for dimension in content.iterchildren(q("dimension")):
         lower = iec.parse_integer_literal(dimension.get("lower", "").strip())
         upper = iec.parse_integer_literal(dimension.get("upper", "").strip())
         if lower is None or upper is None:
@@ -465,25 +444,25 @@ def _array_capacity(content: etree._Element) -> int | None:
 
 
 def _struct_value_problem(project: _Project, content: etree._Element, value: etree._Element) -> str | None:
-    if _local(value) != "structValue":
+    if local_name(value) != "structValue":
         return None
-    members = {_name(v).casefold(): v for v in content.iterchildren(_q("variable"))}
-    for item in value.iterchildren(_q("value")):
+    members = {_name(v).casefold(): v for v in content.iterchildren(q("variable"))}
+    for item in value.iterchildren(q("value")):
         member_name = item.get("member", "")
         member = members.get(member_name.casefold())
         if member is None:
             return f"'{member_name}' is not a member of the structure."
-        problem = _value_problem(project, _content(member.find(_q("type"))), _content(item))
+        problem = _value_problem(project, first_element(member.find(q("type"))), first_element(item))
         if problem:
             return f"member {member_name}: {problem}"
     return None
 
 
 def _check_initial_value(project: _Project, variable: etree._Element, element_id: str, subject: str) -> None:
-    initial = variable.find(_q("initialValue"))
+    initial = variable.find(q("initialValue"))
     if initial is None:
         return
-    problem = _value_problem(project, _content(variable.find(_q("type"))), _content(initial))
+    problem = _value_problem(project, first_element(variable.find(q("type"))), first_element(initial))
     if problem:
         project.report("bad_initial_value", element_id, f"The initial value of {subject} is not valid: {problem}")
 
@@ -504,7 +483,7 @@ def _check_address(
     if isinstance(parsed, str):
         project.report("bad_address", element_id, f"The address of {subject} is malformed: {parsed}.")
         return
-    elementary = _elementary_name(project, _content(variable.find(_q("type"))))
+    elementary = _elementary_name(project, first_element(variable.find(q("type"))))
     if parsed.size and elementary and elementary not in _SIZE_TYPES[parsed.size]:
         bits = iec.ADDRESS_SIZES[parsed.size]
         project.report(
@@ -551,7 +530,7 @@ def _check_variable(
 ) -> None:
     if not name_allowed:
         _check_identifier(project, _name(variable), element_id, "a variable")
-    _check_type_refs(project, variable.find(_q("type")), element_id, subject)
+    _check_type_refs(project, variable.find(q("type")), element_id, subject)
     _check_initial_value(project, variable, element_id, subject)
     _check_address(project, variable, element_id, subject, configuration=configuration)
 
@@ -565,28 +544,28 @@ def _check_data_type(data_type: etree._Element, project: _Project) -> None:
     name = _name(data_type)
     element_id = f"type/{name}"
     _check_identifier(project, name, element_id, "a data type")
-    base_type = data_type.find(_q("baseType"))
-    base = _content(base_type)
+    base_type = data_type.find(q("baseType"))
+    base = first_element(base_type)
     if base_type is not None:
-        for derived in base_type.iter(_q("derived")):
+        for derived in base_type.iter(q("derived")):
             problem = project.type_problem(_name(derived))
             if problem:
-                member = next(derived.iterancestors(_q("variable")), None)
+                member = next(derived.iterancestors(q("variable")), None)
                 subject = (
                     f"member '{_name(member)}' of data type '{name}'" if member is not None else f"data type '{name}'"
                 )
                 project.report("unknown_type", element_id, f"The type of {subject} is unknown: {problem}.")
-    initial = data_type.find(_q("initialValue"))
+    initial = data_type.find(q("initialValue"))
     if initial is not None:
-        problem = _value_problem(project, base, _content(initial), type_name=name)
+        problem = _value_problem(project, base, first_element(initial), type_name=name)
         if problem:
             project.report(
                 "bad_initial_value", element_id, f"The initial value of data type '{name}' is not valid: {problem}"
             )
     if base is None:
         return
-    if _local(base) == "struct":
-        members = list(base.iterchildren(_q("variable")))
+    if local_name(base) == "struct":
+        members = list(base.iterchildren(q("variable")))
         for member in members:
             subject = f"member '{_name(member)}' of data type '{name}'"
             _check_identifier(project, _name(member), element_id, f"a member of data type '{name}'")
@@ -595,7 +574,7 @@ def _check_data_type(data_type: etree._Element, project: _Project) -> None:
             # duplicate detection.
             _check_address(project, member, element_id, subject, configuration=None, compare=False)
         _check_unique(project, ((_name(m), element_id, "member") for m in members), f"in structure '{name}'")
-    elif _local(base) == "enum":
+    elif local_name(base) == "enum":
         values = [str(v) for v in _xpath(base, "p:values/p:value/@name")]
         for value in values:
             _check_identifier(project, value, element_id, f"a value of enumeration '{name}'")
@@ -612,9 +591,9 @@ def _check_pou(pou: etree._Element, project: _Project) -> None:
     pou_id = f"pou/{name}"
     kind = _POU_KINDS.get(pou.get("pouType", ""), "POU")
     _check_identifier(project, name, pou_id, f"a {kind}")
-    interface = pou.find(_q("interface"))
+    interface = pou.find(q("interface"))
     if interface is not None:
-        _check_type_refs(project, interface.find(_q("returnType")), pou_id, f"the result of function '{name}'")
+        _check_type_refs(project, interface.find(q("returnType")), pou_id, f"the result of function '{name}'")
     scope: list[tuple[str, str, str]] = []
     if pou.get("pouType") == "function":
         scope.append((name, pou_id, "the function result"))
@@ -644,21 +623,18 @@ def _st_sources(pou: etree._Element) -> Iterator[tuple[str, str]]:
     """(where, code) for each ST text of a POU: its bodies, actions, transitions and SFC inline code."""
     for st in _xpath(pou, ".//p:ST[not(ancestor::p:addData)]"):
         holder = st.getparent().getparent()
-        if _local(st.getparent()) == "inline":
-            where = "an SFC transition condition" if _local(holder) == "condition" else "an SFC action block"
-        elif _local(holder) in ("action", "transition"):
-            where = f"{_local(holder)} '{_name(holder)}'"
+        if local_name(st.getparent()) == "inline":
+            where = "an SFC transition condition" if local_name(holder) == "condition" else "an SFC action block"
+        elif local_name(holder) in ("action", "transition"):
+            where = f"{local_name(holder)} '{_name(holder)}'"
         else:
             where = "the body"
-        xhtml = next(
-            (child for child in st if isinstance(child.tag, str) and etree.QName(child).namespace == XHTML_NS), None
-        )
-        yield where, "".join((xhtml if xhtml is not None else st).itertext())
+        yield where, formatted_text(st) or ""
 
 
 def _check_st(pou: etree._Element, project: _Project) -> None:
     name = _name(pou)
-    interface = pou.find(_q("interface"))
+    interface = pou.find(q("interface"))
     variables = list(_sections(interface))
     known = (
         {_name(v).casefold() for _, v in variables}
@@ -691,7 +667,7 @@ def _check_st(pou: etree._Element, project: _Project) -> None:
                 f"(line {token.line}) but is not declared as a variable, external, POU, type or enumeration value.",
             )
     bodies = _xpath(pou, "p:body | p:actions/p:action/p:body | p:transitions/p:transition/p:body")
-    if not bodies or any(_local(content) != "ST" for b in bodies if (content := _content(b)) is not None):
+    if not bodies or any(local_name(content) != "ST" for b in bodies if (content := first_element(b)) is not None):
         return
     for section, variable in variables:
         var_name = _name(variable)
@@ -745,7 +721,7 @@ def _check_configuration(configuration: etree._Element, project: _Project) -> No
     config_key = config_name.casefold()
     _check_identifier(project, config_name, config_id, "a configuration")
     resources: list[tuple[str, str, str]] = []
-    for resource in configuration.iterchildren(_q("resource")):
+    for resource in configuration.iterchildren(q("resource")):
         resource_name = _name(resource)
         resource_id = f"{config_id}/resource/{resource_name}"
         resources.append((resource_name, resource_id, "resource"))
@@ -754,15 +730,15 @@ def _check_configuration(configuration: etree._Element, project: _Project) -> No
         _check_globals(project, resource, resource_id, label, config_key)
         tasks: list[tuple[str, str, str]] = []
         instances: list[tuple[str, str, str]] = []
-        for task in resource.iterchildren(_q("task")):
+        for task in resource.iterchildren(q("task")):
             task_id = f"{resource_id}/task/{_name(task)}"
             tasks.append((_name(task), task_id, "task"))
             _check_identifier(project, _name(task), task_id, "a task")
-            for instance in task.iterchildren(_q("pouInstance")):
+            for instance in task.iterchildren(q("pouInstance")):
                 instance_id = f"{task_id}/instance/{_name(instance)}"
                 instances.append((_name(instance), instance_id, "POU instance"))
                 _check_instance(project, instance, instance_id)
-        for instance in resource.iterchildren(_q("pouInstance")):
+        for instance in resource.iterchildren(q("pouInstance")):
             instance_id = f"{resource_id}/instance/{_name(instance)}"
             instances.append((_name(instance), instance_id, "POU instance"))
             _check_instance(project, instance, instance_id)
@@ -773,13 +749,11 @@ def _check_configuration(configuration: etree._Element, project: _Project) -> No
     _check_globals(project, configuration, config_id, f"configuration '{config_name}'", config_key)
     for variable in _xpath(configuration, "p:configVars/p:configVariable"):
         subject = f"configuration variable '{variable.get('instancePathAndName', '')}'"
-        _check_type_refs(project, variable.find(_q("type")), config_id, subject)
+        _check_type_refs(project, variable.find(q("type")), config_id, subject)
         _check_initial_value(project, variable, config_id, subject)
         _check_address(project, variable, config_id, subject, configuration=config_key)
     for variable in _xpath(configuration, "p:accessVars/p:accessVariable"):
-        _check_type_refs(
-            project, variable.find(_q("type")), config_id, f"access variable '{variable.get('alias', '')}'"
-        )
+        _check_type_refs(project, variable.find(q("type")), config_id, f"access variable '{variable.get('alias', '')}'")
 
 
 def _check_instantiation(root: etree._Element, project: _Project) -> None:

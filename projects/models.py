@@ -28,6 +28,14 @@ class Project(models.Model):
     def __str__(self) -> str:
         return f"{self.name} ({self.slug})"
 
+    def advance_revision(self, fingerprint: str) -> None:
+        """The file now holds other bytes: they are the next accepted revision. On a row locked with
+        select_for_update; the caller records why (a write of ours, another tool's edit)."""
+        self.fingerprint = fingerprint
+        self.accepted_revision += 1
+        self.updated_at = timezone.now()
+        self.save(update_fields=["fingerprint", "accepted_revision", "updated_at"])
+
 
 class WorkingDraft(models.Model):
     """A project's one working draft: the accepted file it builds on plus its change groups' operations.

@@ -21,17 +21,20 @@ from typing import Annotated, Any, Final, Literal
 from lxml import etree
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from projects import iec, plcopen
-from projects.plcopen import (
+from projects import iec
+from projects.plcopen.documents import ProjectDocument, SchemaError, mark_valid, validate
+from projects.plcopen.elements import ElementNotFound, resolve
+from projects.plcopen.grammar import TypeStringError, ValueStringError, parse_type, parse_value
+from projects.plcopen.tc6 import (
+    TEXT_LANGUAGES,
     VAR_SECTIONS,
-    ElementNotFound,
-    ProjectDocument,
-    SchemaError,
-    TypeStringError,
-    ValueStringError,
+    XHTML_NS,
     first_element,
+    flag,
     local_name,
     q,
+    set_code_text,
+    xhtml_paragraph,
 )
 
 Section = Literal[
@@ -305,7 +308,7 @@ def _check_address(address: str) -> None:
 
 def _type_element(container: str, type_text: str, what: str) -> etree._Element:
     try:
-        content = plcopen.parse_type(type_text)
+        content = parse_type(type_text)
     except TypeStringError as exc:
         raise _Refusal(f"{what}: {exc}") from None
     el = etree.Element(q(container))
@@ -315,7 +318,7 @@ def _type_element(container: str, type_text: str, what: str) -> etree._Element:
 
 def _value_element(container: str, value_text: str, what: str) -> etree._Element:
     try:
-        content = plcopen.parse_value(value_text)
+        content = parse_value(value_text)
     except ValueStringError as exc:
         raise _Refusal(f"{what}: {exc}") from None
     el = etree.Element(q(container))
@@ -326,7 +329,7 @@ def _value_element(container: str, value_text: str, what: str) -> etree._Element
 def _text_element(tag: str, text: str, root: etree._Element) -> etree._Element:
     el = etree.Element(q(tag))
     try:
-        el.append(plcopen.xhtml_paragraph(text, root))
+        el.append(xhtml_paragraph(text, root))
     except ValueError:
         raise _Refusal(f"the {tag} text holds characters XML cannot store (control characters)") from None
     return el
@@ -381,7 +384,7 @@ def _indent_before(el: etree._Element) -> str:
 def _pretty(el: etree._Element, indent: str, unit: str) -> None:
     """Indent a newly built subtree; text-bearing (XHTML) elements keep their content untouched."""
     children = [child for child in el if isinstance(child.tag, str)]
-    xhtml = isinstance(el.tag, str) and el.tag.startswith(f"{{{plcopen.XHTML_NS}}}")
+    xhtml = isinstance(el.tag, str) and el.tag.startswith(f"{{{XHTML_NS}}}")
     if not children or (el.text and el.text.strip()) or xhtml:
         return
     el.text = "\n" + indent + unit
@@ -473,7 +476,7 @@ def _named(elements: Iterable[etree._Element], name: str) -> etree._Element | No
 
 def _resolve(root: etree._Element, element_id: str, kinds: Sequence[str], what: str) -> tuple[str, etree._Element, str]:
     try:
-        kind, el, written = plcopen.resolve(root, element_id)
+        kind, el, written = resolve(root, element_id)
     except ElementNotFound:
         raise _Refusal(f"no element with id {element_id!r}") from None
     if kind not in kinds:
@@ -537,7 +540,7 @@ _QUALIFIERS: Final = ("retain", "constant", "nonretain", "persistent", "nonpersi
 
 def _qualifiers_match(section: etree._Element, retain: bool, constant: bool) -> bool:
     wanted = {"retain": retain, "constant": constant}
-    return all(plcopen.flag(section, name) == wanted.get(name, False) for name in _QUALIFIERS)
+    return all(flag(section, name) == wanted.get(name, False) for name in _QUALIFIERS)
 
 
 def _new_section(tag: str, retain: bool, constant: bool) -> etree._Element:
@@ -662,7 +665,7 @@ def _update_variable(root: etree._Element, op: UpdateVariable, layout: _Layout) 
     if field == "name":
         assert op.name is not None
         _check_identifier(op.name, "variable name")
-        kind, scope, _ = plcopen.resolve(root, scope_id)
+        kind, scope, _ = resolve(root, scope_id)
         taken = {k: v for k, v in _scope_names(kind, scope).items() if k != variable.get("name", "").lower()}
         _check_free(op.name, taken, scope_id)
         variable.set("name", op.name)
@@ -683,11 +686,11 @@ def _update_variable(root: etree._Element, op: UpdateVariable, layout: _Layout) 
         new = _text_element("documentation", op.documentation, root) if op.documentation else None
         _set_child(variable, "documentation", new, "variable", layout)
     else:
-        retain = plcopen.flag(section, "retain") if field == "constant" else bool(op.retain)
-        constant = plcopen.flag(section, "constant") if field == "retain" else bool(op.constant)
+        retain = flag(section, "retain") if field == "constant" else bool(op.retain)
+        constant = flag(section, "constant") if field == "retain" else bool(op.constant)
         if retain and constant:
             raise _Refusal("a variable cannot be both CONSTANT and RETAIN; clear the other qualifier first")
-        if plcopen.flag(section, field) != getattr(op, field):
+        if flag(section, field) != getattr(op, field):
             _move_to_new_section(variable, retain, constant, layout)
     return changed if variable.getparent() is not section or etree.tostring(section) != before else []
 
@@ -768,14 +771,14 @@ def _set_pou_body(root: etree._Element, op: SetPouBody, layout: _Layout) -> list
         return [pou_id]
     body = bodies[0]
     language = first_element(body)
-    if language is None or local_name(language) not in plcopen.TEXT_LANGUAGES:
+    if language is None or local_name(language) not in TEXT_LANGUAGES:
         current = local_name(language) if language is not None else "no"
         raise _Refusal(f"{pou_id} has a {current} body; set_pou_body replaces only ST or IL bodies")
     before = etree.tostring(body)
     container = first_element(language)
-    if container is not None and isinstance(container.tag, str) and container.tag.startswith(f"{{{plcopen.XHTML_NS}}}"):
+    if container is not None and isinstance(container.tag, str) and container.tag.startswith(f"{{{XHTML_NS}}}"):
         # Keep the file's own XHTML container (xhtml:p or a CODESYS-style <xhtml>) and replace its content.
-        plcopen.set_code_text(container, op.text)
+        set_code_text(container, op.text)
         language.tag = q(op.language)
     else:
         _replace(language, _text_element(op.language, op.text, root), layout)
@@ -926,7 +929,7 @@ def _first_invalid(doc: ProjectDocument, operations: Sequence[Operation], now: d
         work = doc.copy()
         _run(work, operations[:count])
         _stamp(work, now)
-        if plcopen.validate(work):
+        if validate(work):
             return count - 1
     return len(operations) - 1
 
@@ -943,7 +946,7 @@ def apply(
     ops = parse_operations(operations)
     if not ops:
         return ApplyResult(doc, ())
-    errors = plcopen.validate(doc)
+    errors = validate(doc)
     if errors:
         first = errors[0]
         raise OperationRefused(
@@ -958,7 +961,7 @@ def apply(
     if not changed:
         return ApplyResult(doc, ())
     _stamp(work, now)
-    errors = plcopen.validate(work)
+    errors = validate(work)
     if errors:
         index = _first_invalid(doc, ops, now)
         raise OperationRefused(
@@ -967,5 +970,5 @@ def apply(
             op=ops[index].op,
             schema_errors=errors,
         )
-    plcopen.mark_valid(work)
+    mark_valid(work)
     return ApplyResult(work, tuple(changed))

@@ -12,7 +12,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from projects.plcopen import Entry, ProjectDocument, check_limit
+from projects.plcopen.documents import ProjectDocument
+from projects.plcopen.elements import Entry
+from projects.plcopen.paging import check_limit
 
 SCOPE_KINDS = ("pou", "config", "resource")
 OWN_WEIGHT = 3

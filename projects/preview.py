@@ -13,8 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from projects import findings, plcopen
+from projects import findings
 from projects.capability import applied
+from projects.plcopen import documents
 
 DIFF_MAX_LINES = 400
 DIFF_MAX_CHARS = 40_000
@@ -50,7 +51,7 @@ def unified_diff(before: bytes, after: bytes, encoding: str, name: str) -> tuple
 
 def preview_change(current: bytes, intent: Mapping[str, Any], *, name: str) -> Preview:
     """Apply an intent to a file's bytes; OperationRefused (with the index) when it does not apply."""
-    document = plcopen.load(current)
+    document = documents.load(current)
     result, after = applied(document, intent)
     before_findings = _findings(document.root)
     after_findings = _findings(result.doc.root)
@@ -64,6 +65,6 @@ def preview_change(current: bytes, intent: Mapping[str, Any], *, name: str) -> P
         "diff_truncated": cut,
         "new_findings": sorted(added, key=ordering)[:FINDINGS_MAX],
         "resolved_findings": sorted(cleared, key=ordering)[:FINDINGS_MAX],
-        "result_fingerprint": plcopen.fingerprint(after),
+        "result_fingerprint": documents.fingerprint(after),
     }
     return Preview(result=after, changed_ids=result.changed_ids, content=content)

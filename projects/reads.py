@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from projects import drafts, findings, placement, plcopen
+from projects import drafts, findings, placement
 from projects.models import Project
+from projects.plcopen import documents, queries
 from projects.services import current_document
 
 EXPORT_CHUNK = 32_000
@@ -23,7 +24,7 @@ WORKING_DRAFT = "working_draft"
 class Viewed:
     """A project's document in one view, and the frame every answer about it carries."""
 
-    document: plcopen.ProjectDocument
+    document: documents.ProjectDocument
     frame: dict[str, Any]
 
 
@@ -49,22 +50,22 @@ def _framed(opened: Viewed, content: dict[str, Any]) -> dict[str, Any]:
 
 def overview(project: Project, view: str = ACCEPTED) -> dict[str, Any]:
     opened = _opened(project, view)
-    return _framed(opened, plcopen.overview(opened.document))
+    return _framed(opened, queries.overview(opened.document))
 
 
 def find(project: Project, view: str = ACCEPTED, **query: Any) -> dict[str, Any]:
     opened = _opened(project, view)
-    return _framed(opened, plcopen.find(opened.document, **query))
+    return _framed(opened, queries.find(opened.document, **query))
 
 
 def get_element(project: Project, element_id: str, view: str = ACCEPTED, **options: Any) -> dict[str, Any]:
     opened = _opened(project, view)
-    return _framed(opened, plcopen.get_element(opened.document, element_id, **options))
+    return _framed(opened, queries.get_element(opened.document, element_id, **options))
 
 
 def list_variables(project: Project, view: str = ACCEPTED, **query: Any) -> dict[str, Any]:
     opened = _opened(project, view)
-    return _framed(opened, plcopen.list_variables(opened.document, **query))
+    return _framed(opened, queries.list_variables(opened.document, **query))
 
 
 def check(project: Project, *, limit: int, offset: int, view: str = ACCEPTED) -> dict[str, Any]:
@@ -87,7 +88,7 @@ def check(project: Project, *, limit: int, offset: int, view: str = ACCEPTED) ->
 def export(project: Project, *, offset: int, limit: int = EXPORT_CHUNK, view: str = ACCEPTED) -> dict[str, Any]:
     """The project's XML, in chunks: an unbounded answer would spend a client's whole context."""
     opened = _opened(project, view)
-    text = plcopen.serialize(opened.document).decode(opened.document.encoding)
+    text = documents.serialize(opened.document).decode(opened.document.encoding)
     content: dict[str, Any] = {"length": len(text), "offset": offset, "xml": text[offset : offset + limit]}
     if offset + limit < len(text):
         content["next_offset"] = offset + limit

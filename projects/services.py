@@ -15,13 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from django.db import transaction
-from django.utils import timezone
 
 from audit.models import EventKind
 from audit.services import record
-from projects import plcopen
 from projects.files import inside_root, relative_to_root, write_atomically
 from projects.models import Project
+from projects.plcopen import documents, tc6
 
 CACHE_SIZE = 8
 
@@ -50,16 +49,16 @@ def clean_slug(slug: str) -> str:
 @dataclass(frozen=True)
 class Opened:
     project: Project
-    document: plcopen.ProjectDocument
+    document: documents.ProjectDocument
 
 
-def checked_document(data: bytes) -> plcopen.ProjectDocument:
+def checked_document(data: bytes) -> documents.ProjectDocument:
     """Parse and schema-check a project file; refuse it naming the first schema error's line."""
     try:
-        document = plcopen.load(data)
-    except plcopen.ProjectFormatError as exc:
+        document = documents.load(data)
+    except documents.ProjectFormatError as exc:
         raise ProjectRefused(f"not a PLCopen TC6 2.01 project: {exc}") from None
-    errors = plcopen.validate(document)
+    errors = documents.validate(document)
     if errors:
         first = errors[0]
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
@@ -105,7 +104,7 @@ def do_bind_project(path: str | Path, *, slug: str, name: str = "", acting_user:
 
 def _register(slug: str, name: str, path: Path, data: bytes, acting_user: str, *, how: str) -> Project:
     project = Project.objects.create(
-        slug=slug, name=name, path=relative_to_root(path), fingerprint=plcopen.fingerprint(data)
+        slug=slug, name=name, path=relative_to_root(path), fingerprint=documents.fingerprint(data)
     )
     record(
         EventKind.PROJECT_REGISTERED,
@@ -117,8 +116,8 @@ def _register(slug: str, name: str, path: Path, data: bytes, acting_user: str, *
     return project
 
 
-def _project_name(document: plcopen.ProjectDocument) -> str:
-    header = document.root.find(plcopen.q("contentHeader"))
+def _project_name(document: documents.ProjectDocument) -> str:
+    header = document.root.find(tc6.q("contentHeader"))
     return header.get("name", "") if header is not None else ""
 
 
@@ -135,10 +134,10 @@ def current_document(project: Project) -> Opened:
             f"the file of project {project.slug} cannot be read ({exc.strerror}); an operator must restore "
             f"{project.path} under the projects root"
         ) from None
-    fingerprint = plcopen.fingerprint(data)
+    fingerprint = documents.fingerprint(data)
     try:
         document = _cached(fingerprint, data)
-    except plcopen.ProjectFormatError as exc:
+    except documents.ProjectFormatError as exc:
         # Not recorded as a new revision: a file no tool can read is not an accepted state.
         raise ProjectUnavailable(
             f"the file of project {project.slug} was changed by another tool and is no longer a PLCopen "
@@ -155,10 +154,7 @@ def do_record_external_change(project: Project, fingerprint: str) -> Project:
         if locked.fingerprint == fingerprint:
             return locked  # another request recorded it first
         previous = locked.fingerprint
-        locked.fingerprint = fingerprint
-        locked.accepted_revision += 1
-        locked.updated_at = timezone.now()
-        locked.save(update_fields=["fingerprint", "accepted_revision", "updated_at"])
+        locked.advance_revision(fingerprint)
         record(
             EventKind.EXTERNAL_CHANGE,
             arguments={"previous": previous, "fingerprint": fingerprint, "revision": locked.accepted_revision},
@@ -171,21 +167,21 @@ def do_record_external_change(project: Project, fingerprint: str) -> Project:
 
 def export_bytes(project: Project) -> bytes:
     """The project's file as the service writes it (deterministic)."""
-    return plcopen.serialize(current_document(project).document)
+    return documents.serialize(current_document(project).document)
 
 
-_cache: OrderedDict[str, plcopen.ProjectDocument] = OrderedDict()
+_cache: OrderedDict[str, documents.ProjectDocument] = OrderedDict()
 _cache_lock = threading.Lock()
 
 
-def _cached(fingerprint: str, data: bytes) -> plcopen.ProjectDocument:
+def _cached(fingerprint: str, data: bytes) -> documents.ProjectDocument:
     """Parsed documents by content fingerprint; readers must not modify them (operations copy first)."""
     with _cache_lock:
         document = _cache.get(fingerprint)
         if document is not None:
             _cache.move_to_end(fingerprint)
             return document
-    document = plcopen.load(data)
+    document = documents.load(data)
     with _cache_lock:
         _cache[fingerprint] = document
         while len(_cache) > CACHE_SIZE:

@@ -21,7 +21,7 @@ import pytest
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from caretaker.fingerprint import memorable_id
-from projects import plcopen
+from projects.plcopen import documents
 from tests.browser.conftest import OPERATOR, WAIT_MS, ConsoleServer, screenshot_path
 from tests.browser.test_dashboard import log_in
 from tests.live import LiveServer, manage, prepare, run_server, scratch_database, streamable_client
@@ -155,7 +155,7 @@ def test_an_operator_sees_a_write_appear_live_reads_its_diff_and_approves_it_whi
     assert result["result"]["changed_ids"] == ["pou/LineMain/var/FromConsole"]
     after = project_file(server).read_bytes()
     assert after != before and b'name="FromConsole"' in after
-    assert plcopen.validate(plcopen.load(after)) == []
+    assert documents.validate(documents.load(after)) == []
 
     page.goto(f"{server.base}{CONTRACTS}")
     expect(page.locator("#result_list tbody tr").filter(has_text=contract)).to_contain_text("Verified")

@@ -21,7 +21,7 @@ import anyio
 import pytest
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from projects import plcopen
+from projects.plcopen import documents
 from tests.browser.conftest import OPERATOR, WAIT_MS, ConsoleServer, screenshot_path
 from tests.browser.test_dashboard import log_in
 from tests.live import LiveServer, manage, prepare, run_server, scratch_database, streamable_client
@@ -195,7 +195,7 @@ def test_an_operator_sees_a_draft_appear_reviews_its_diff_and_rationale_and_acce
     expect(page.locator("#draft-groups")).to_contain_text("The draft has no live change groups.")
     after = project_file(server).read_bytes()
     assert after != before and b'<variable name="ShiftCount">' in after
-    assert plcopen.validate(plcopen.load(after)) == []
+    assert documents.validate(documents.load(after)) == []
     decided.set()
     (accepted,) = [event for event in events.result(timeout=BOUND)["events"] if event["kind"] == "accepted"]
     assert accepted["actor"] == OPERATOR

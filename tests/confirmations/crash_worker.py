@@ -78,8 +78,8 @@ def setup() -> None:
 
 def run(command: dict[str, Any]) -> None:
     from confirmations import executor
-    from projects import plcopen
     from projects.capability import APPLY_OPERATIONS, intent_for
+    from projects.plcopen import documents
 
     boundary = command.get("boundary")
 
@@ -89,7 +89,7 @@ def run(command: dict[str, Any]) -> None:
             while True:
                 signal.pause()  # until the test's SIGKILL (or CHILD_BOUND's SIGALRM)
 
-    seen = plcopen.fingerprint(target_path().read_bytes())
+    seen = documents.fingerprint(target_path().read_bytes())
     contract = executor.prepare(
         capability_name="project.file",
         method=APPLY_OPERATIONS,
@@ -122,15 +122,15 @@ def inspect(command: dict[str, Any]) -> None:
     from confirmations import executor, services
     from confirmations.models import ContractEvent
     from forge_core.capabilities import ExecutionRefused
-    from projects import plcopen
+    from projects.plcopen import documents
 
     moved = [str(contract.id) for contract in services.recover(actor="restart")]
     contract = executor.load(command["contract"])
     path = target_path()
     data = path.read_bytes()
     try:
-        valid = plcopen.validate(plcopen.load(data)) == []
-    except plcopen.ProjectFormatError:
+        valid = documents.validate(documents.load(data)) == []
+    except documents.ProjectFormatError:
         valid = False
     state_after_recovery = contract.state
     evidence = executor.evidence(contract)
@@ -147,8 +147,8 @@ def inspect(command: dict[str, Any]) -> None:
         detail=contract.detail,
         precondition_fingerprint=contract.precondition_fingerprint,
         expected_post_fingerprint=contract.expected_post_fingerprint,
-        file_fingerprint=plcopen.fingerprint(data),
-        file_after_second_execute=plcopen.fingerprint(path.read_bytes()),
+        file_fingerprint=documents.fingerprint(data),
+        file_after_second_execute=documents.fingerprint(path.read_bytes()),
         schema_valid=valid,
         evidence={k: v for k, v in evidence.items() if k != "current_fingerprint"},
         events=dict(events),
@@ -195,10 +195,10 @@ def zygote() -> None:
     from django.db import connections
 
     from confirmations import sealing
-    from projects import plcopen
+    from projects.plcopen import documents
 
     # Load once what every child needs, so a fork starts warm: the XSD and the contract secrets.
-    plcopen.validate(plcopen.load(PROJECT_FILE.read_bytes()))
+    documents.validate(documents.load(PROJECT_FILE.read_bytes()))
     sealing.store_id()
     for line in sys.stdin:
         command = json.loads(line)

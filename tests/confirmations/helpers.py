@@ -17,9 +17,9 @@ from django.conf import settings
 from audit.models import AuditEvent, EventKind
 from confirmations import executor
 from confirmations.models import Contract, ContractEvent, ContractState, TargetReservation
-from projects import plcopen
 from projects.capability import intent_for
 from projects.models import Project
+from projects.plcopen import documents
 
 ACTOR = "olivia"
 NEW_VARIABLE = "ForgeNewCounter"
@@ -126,8 +126,8 @@ def left_in_flight_by(contract: Contract, pid: int) -> Contract:
     )
 
 
-def schema_errors(data: bytes) -> list[plcopen.SchemaError]:
-    return plcopen.validate(plcopen.load(data))
+def schema_errors(data: bytes) -> list[documents.SchemaError]:
+    return documents.validate(documents.load(data))
 
 
 def temp_files(folder: Path) -> list[str]:

@@ -18,7 +18,7 @@ from audit.models import AuditEvent, EventKind
 from confirmations.models import ConfirmationState, Contract, ContractState, PendingConfirmation
 from confirmations.services import do_deny_confirmation
 from forge_core.live import CONSOLE_GROUP
-from projects import plcopen
+from projects.plcopen import documents
 from tests.confirmations.operator_helpers import (
     ask,
     carried_out,
@@ -356,14 +356,14 @@ def test_the_contract_page_shows_its_record_its_confirmation_and_its_events(oper
 
 
 def test_rolling_back_restores_the_file_and_says_so(operator, verified, project):
-    original = plcopen.fingerprint(project_file_of(project).read_bytes())
+    original = documents.fingerprint(project_file_of(project).read_bytes())
     assert original == verified.post_fingerprint
 
     response = rollback(operator, verified, verified.memorable_id)
 
     verified.refresh_from_db()
     assert verified.state == S.ROLLED_BACK
-    assert plcopen.fingerprint(project_file_of(project).read_bytes()) == verified.precondition_fingerprint
+    assert documents.fingerprint(project_file_of(project).read_bytes()) == verified.precondition_fingerprint
     assert messages_of(response) == [
         (constants.SUCCESS, f"Rolled back {verified.memorable_id}: the target holds what it held before.")
     ]

@@ -24,9 +24,9 @@ from audit.models import AuditEvent
 from confirmations import executor, sealing
 from confirmations.models import Contract, ContractEvent, ContractState, TargetReservation
 from forge_core.capabilities import ExecutionRefused
-from projects import plcopen
 from projects.capability import ProjectFileCapability, apply_intent, intent_for
 from projects.models import Project
+from projects.plcopen import documents, queries
 from projects.services import do_import_project
 from tests.confirmations.conftest import FIXTURE_FILE
 from tests.confirmations.helpers import (
@@ -94,10 +94,10 @@ def test_an_executed_add_variable_leaves_a_schema_valid_file_holding_the_variabl
     data = path.read_bytes()
     assert data != old
     assert schema_errors(data) == []
-    assert plcopen.get_element(plcopen.load(data), f"pou/LineMain/var/{NEW_VARIABLE}")["name"] == NEW_VARIABLE
+    assert queries.get_element(documents.load(data), f"pou/LineMain/var/{NEW_VARIABLE}")["name"] == NEW_VARIABLE
     row = executor.load(contract.pk)
-    assert plcopen.fingerprint(data) == row.expected_post_fingerprint == row.post_fingerprint
-    assert row.precondition_fingerprint == plcopen.fingerprint(old)
+    assert documents.fingerprint(data) == row.expected_post_fingerprint == row.post_fingerprint
+    assert row.precondition_fingerprint == documents.fingerprint(old)
 
 
 def test_the_written_bytes_are_exactly_the_result_computed_at_preparation(project, path, old):
@@ -109,7 +109,7 @@ def test_an_executed_change_is_the_projects_next_accepted_revision(project, path
     contract = executed(project)
     project.refresh_from_db()
     assert project.accepted_revision == 2
-    assert project.fingerprint == plcopen.fingerprint(path.read_bytes())
+    assert project.fingerprint == documents.fingerprint(path.read_bytes())
     assert contract.settled == {"accepted_revision": 2}
 
 
@@ -145,7 +145,7 @@ def test_each_transition_is_audited_without_any_project_content(project, old):
     for row in rows:
         assert NEW_VARIABLE not in row.arguments_json
         assert "<" not in row.arguments_json and "LineMain" not in row.arguments_json
-        assert plcopen.fingerprint(old) not in row.arguments_json
+        assert documents.fingerprint(old) not in row.arguments_json
 
 
 def test_the_stored_contract_holds_target_intent_and_snapshot_only_encrypted(project):
@@ -206,7 +206,7 @@ def test_a_file_changed_before_prepare_fails_with_target_drift_and_is_left_alone
     theirs = other_content(old)
     path.write_bytes(theirs)
     with pytest.raises(ExecutionRefused) as refused:
-        prepare(project, expected_fingerprint=plcopen.fingerprint(old))
+        prepare(project, expected_fingerprint=documents.fingerprint(old))
     assert refused.value.reason == "target_drift"
     row = executor.load(Contract.objects.get().pk)
     assert (row.state, row.detail) == (S.FAILED, "target_drift")
@@ -371,7 +371,7 @@ def test_rollback_of_a_verified_contract_restores_the_exact_old_bytes(project, p
     assert event_states(row)[-3:] == [S.VERIFIED, S.ROLLING_BACK, S.ROLLED_BACK]
     assert not TargetReservation.objects.exists()
     project.refresh_from_db()
-    assert (project.accepted_revision, project.fingerprint) == (3, plcopen.fingerprint(old))
+    assert (project.accepted_revision, project.fingerprint) == (3, documents.fingerprint(old))
 
 
 def test_rollback_accepts_the_memorable_id_typed_in_upper_case_with_spaces(project, path, old):
@@ -484,7 +484,7 @@ def test_recovery_leaves_alone_a_rollback_in_flight_in_a_live_process(monkeypatc
 def test_evidence_matches_before_while_the_file_is_as_prepared(project, path):
     contract = prepare(project)
     assert executor.evidence(contract) == {
-        "current_fingerprint": plcopen.fingerprint(path.read_bytes()),
+        "current_fingerprint": documents.fingerprint(path.read_bytes()),
         "matches_before": True,
         "matches_result": False,
     }
@@ -494,7 +494,7 @@ def test_evidence_matches_the_result_once_the_file_holds_it(project, path):
     contract = executed(project)
     evidence = executor.evidence(contract)
     assert (evidence["matches_before"], evidence["matches_result"]) == (False, True)
-    assert evidence["current_fingerprint"] == plcopen.fingerprint(path.read_bytes())
+    assert evidence["current_fingerprint"] == documents.fingerprint(path.read_bytes())
 
 
 def test_evidence_matches_neither_when_the_file_holds_something_else(project, path, old):
@@ -504,7 +504,7 @@ def test_evidence_matches_neither_when_the_file_holds_something_else(project, pa
     )
     evidence = executor.evidence(contract)
     assert (evidence["matches_before"], evidence["matches_result"]) == (False, False)
-    assert evidence["current_fingerprint"] == plcopen.fingerprint(theirs)
+    assert evidence["current_fingerprint"] == documents.fingerprint(theirs)
 
 
 def test_evidence_of_a_missing_file_matches_nothing(project, path):

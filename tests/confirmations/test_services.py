@@ -32,9 +32,9 @@ from confirmations.services import (
     expire_due,
     outcome_of,
 )
-from projects import plcopen
 from projects.capability import APPLY_OPERATIONS, ProjectFileCapability, apply_intent
 from projects.models import Project
+from projects.plcopen import documents
 from tests.confirmations.helpers import (
     NEW_VARIABLE,
     add_variable,
@@ -318,7 +318,7 @@ def test_approval_while_the_project_awaits_a_reconciliation_fails_and_writes_not
 
     holder = executor.execute(prepare(project, key="earlier"), actor="oscar", step=overwrite)
     assert holder.state == ContractState.RECONCILIATION
-    confirmation = ask(cast, project, base_fingerprint=plcopen.fingerprint(theirs))
+    confirmation = ask(cast, project, base_fingerprint=documents.fingerprint(theirs))
     do_approve_confirmation(confirmation.id, acting_user=cast.operator.user)
     stored = reloaded(confirmation)
     assert stored.state == C.FAILED

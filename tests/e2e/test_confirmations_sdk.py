@@ -11,7 +11,7 @@ import httpx
 import pytest
 from mcp.client import Client
 
-from projects import plcopen
+from projects.plcopen import documents
 from tests.live import LiveServer, manage, prepare, run_server, scaleout_configured, scratch_database, streamable_client
 from tests.projects.conftest import MAIN, fixture_path
 
@@ -79,7 +79,7 @@ async def test_write_then_operator_approves_over_rest_then_editor_confirm_return
     assert outcome["result"]["changed_ids"] == ["pou/LineMain/var/ViaRest"]
     after = project_file(server).read_bytes()
     assert after != before and b'name="ViaRest"' in after
-    assert plcopen.validate(plcopen.load(after)) == []
+    assert documents.validate(documents.load(after)) == []
     events = operator_api(server, "GET", "/api/audit/events?kind=contract_transition&limit=200").json()
     transitions = [e for e in events["events"] if e["arguments"].get("contract") == outcome["result"]["contract"]]
     assert [e["outcome"] for e in transitions] == ["PREPARING", "PREPARED", "EXECUTING", "VERIFIED"]

@@ -18,8 +18,9 @@ from access.models import ClientToken, McpSession
 from access.services import mint_handle, token_digest
 from audit.models import AuditEvent, EventKind
 from mcp_api.jsonrpc import INVALID_PARAMS
-from projects import drafts, plcopen
+from projects import drafts
 from projects.models import ChangeGroup, DraftEvent, GroupState, Project, StagedOperation, WorkingDraft
+from projects.plcopen import documents
 from projects.services import do_import_project
 from tests.mcp_api.helpers import (
     CLIENT_INFO,
@@ -512,7 +513,7 @@ async def test_export_in_the_working_draft_view_is_the_draft_document(client):
 
 
 def _draft_bytes() -> bytes:
-    return plcopen.serialize(drafts.current(Project.objects.get(slug=SLUG)).document)
+    return documents.serialize(drafts.current(Project.objects.get(slug=SLUG)).document)
 
 
 # --- stale revisions, stale contexts, ownership ------------------------------------------------------------

@@ -12,8 +12,8 @@ from channels.db import database_sync_to_async
 
 from audit.models import AuditEvent, EventKind
 from mcp_api.jsonrpc import INVALID_PARAMS
-from projects import plcopen
 from projects.models import Project
+from projects.plcopen import paging, tc6
 from projects.services import do_import_project
 from tests.mcp_api.helpers import Response, allow_project, send, stateless_headers, stateless_rpc
 from tests.projects.conftest import CRLF, MAIN, SMALL, fixture_bytes
@@ -22,7 +22,6 @@ pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True), pytest
 
 STEPS = MAIN
 CRLF_FIXTURE = CRLF  # 79 KB with CRLF line endings: three export chunks
-NS = plcopen.NS
 
 READ_TOOLS: dict[str, dict[str, Any]] = {
     "project.overview": {},
@@ -51,18 +50,9 @@ CURSOR_TOOLS = {
 
 def handmade(pous: str, name: str = "Handmade") -> bytes:
     """A small TC6 2.01 project; every one built here is schema-valid (registration checks it)."""
-    return f"""<?xml version="1.0" encoding="utf-8"?>
-<project xmlns="{NS}" xmlns:xhtml="http://www.w3.org/1999/xhtml">
-  <fileHeader companyName="" productName="Forge tests" productVersion="1" creationDateTime="2024-01-01T00:00:00"/>
-  <contentHeader name="{name}">
-    <coordinateInfo>
-      <fbd><scaling x="1" y="1"/></fbd><ld><scaling x="1" y="1"/></ld><sfc><scaling x="1" y="1"/></sfc>
-    </coordinateInfo>
-  </contentHeader>
-  <types><dataTypes/><pous>{pous}</pous></types>
-  <instances><configurations/></instances>
-</project>
-""".encode()
+    return tc6.project_skeleton(
+        name=name, product="Forge tests", created="2024-01-01T00:00:00", pous=f"{pous}\n"
+    ).encode()
 
 
 def st_program(name: str, variables: str, code: str) -> str:
@@ -356,9 +346,9 @@ async def test_get_element_of_a_long_st_body_continues_with_next_cursor_to_the_w
         reply = await answer(token, "project.get_element", {**arguments, "cursor": bodies[-1]["next_cursor"]})
         bodies.append(reply["body"])
 
-    assert len(LONG_BODY) > 3 * plcopen.DEFAULT_BODY_LIMIT
-    assert [body["offset"] for body in bodies] == list(range(0, len(LONG_BODY), plcopen.DEFAULT_BODY_LIMIT))
-    assert all(len(body["text"]) == plcopen.DEFAULT_BODY_LIMIT for body in bodies[:-1])
+    assert len(LONG_BODY) > 3 * paging.DEFAULT_BODY_LIMIT
+    assert [body["offset"] for body in bodies] == list(range(0, len(LONG_BODY), paging.DEFAULT_BODY_LIMIT))
+    assert all(len(body["text"]) == paging.DEFAULT_BODY_LIMIT for body in bodies[:-1])
     assert [body["truncated"] for body in bodies] == [True] * (len(bodies) - 1) + [False]
     assert "".join(body["text"] for body in bodies) == LONG_BODY
     assert {body["total_chars"] for body in bodies} == {len(LONG_BODY)}

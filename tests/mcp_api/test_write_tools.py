@@ -20,8 +20,8 @@ from mcp_api import protocol
 from mcp_api.jsonrpc import INVALID_PARAMS
 from mcp_api.registry import REGISTRY, visible_tools
 from mcp_api.tools.writes import WRITE_OPERATIONS, register_write_tools, unregister_write_tools
-from projects import plcopen
 from projects.models import Project
+from projects.plcopen import documents
 from projects.services import do_import_project, project_path
 from tests.mcp_api.helpers import (
     Response,
@@ -175,7 +175,7 @@ async def test_editor_confirm_reports_pending_then_the_executed_result(cast, ste
     assert answer["result"]["accepted_revision"] == 2
     written = await file_bytes(steps)
     assert b'name="Extra"' in written
-    assert plcopen.validate(plcopen.load(written)) == []
+    assert documents.validate(documents.load(written)) == []
     kinds = await database_sync_to_async(lambda: set(AuditEvent.objects.values_list("kind", flat=True)))()
     assert {EventKind.CONFIRMATION_CREATED, EventKind.CONFIRMATION_DECIDED, EventKind.CONTRACT_TRANSITION} <= kinds
     assert EventKind.PROJECT_WRITTEN in kinds

@@ -7,20 +7,21 @@ import io
 import pytest
 from django.core.management import call_command
 
-from projects import findings, plcopen
+from projects import findings
 from projects.demo import demo_project_bytes
 from projects.models import Project
+from projects.plcopen import documents
 
 
 def test_the_demo_project_is_schema_valid_and_the_same_bytes_every_time():
     data = demo_project_bytes()
 
-    assert plcopen.validate(plcopen.load(data)) == []
+    assert documents.validate(documents.load(data)) == []
     assert demo_project_bytes() == data
 
 
 def test_the_demo_project_shows_one_advisory_finding_and_no_problem():
-    found = findings.check(plcopen.load(demo_project_bytes()).root)
+    found = findings.check(documents.load(demo_project_bytes()).root)
 
     assert [(f.code, f.severity) for f in found] == [("unused_variable", "advisory")]
 

@@ -15,8 +15,9 @@ from django.utils import timezone
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from projects import drafts, operations, plcopen
+from projects import drafts, operations
 from projects.models import Project, StagedOperation, WorkingDraft
+from projects.plcopen import documents
 from projects.services import do_import_project, project_path
 from tests.projects.conftest import MAIN, fixture_bytes
 from tests.projects.test_drafts import accept
@@ -108,8 +109,8 @@ def clock(monkeypatch):
 
 
 def replay(
-    accepted: plcopen.ProjectDocument, batches: list[list[dict[str, Any]]], project: Project
-) -> plcopen.ProjectDocument:
+    accepted: documents.ProjectDocument, batches: list[list[dict[str, Any]]], project: Project
+) -> documents.ProjectDocument:
     """The accepted document with the batches applied in order, carrying the draft's stamp."""
     stamp = WorkingDraft.objects.get(project=project).stamp
     for batch in batches:
@@ -123,7 +124,7 @@ def stage_and_accept(user, batches: list[list[dict[str, Any]]]) -> tuple[int, in
     file an accept writes against the draft. Answers how many batches were accepted and how many of
     them changed nothing."""
     project = fresh_project()
-    accepted = plcopen.load(project_path(project).read_bytes())
+    accepted = documents.load(project_path(project).read_bytes())
     group, _ = drafts.do_begin_group(
         project,
         session_id=SESSION,
@@ -157,14 +158,14 @@ def stage_and_accept(user, batches: list[list[dict[str, Any]]]) -> tuple[int, in
         accepted_batches.append(batch)
         unchanging += not oracle.changed_ids
         replayed = replay(accepted, accepted_batches, project)
-        assert plcopen.serialize(drafts.current(project).document) == plcopen.serialize(replayed)
+        assert documents.serialize(drafts.current(project).document) == documents.serialize(replayed)
 
     replayed = replay(accepted, accepted_batches, project)
-    draft_bytes = plcopen.serialize(drafts.current(project).document)
-    assert draft_bytes == plcopen.serialize(replayed)
+    draft_bytes = documents.serialize(drafts.current(project).document)
+    assert draft_bytes == documents.serialize(replayed)
 
     drafts._cache.clear()  # a restart
-    assert plcopen.serialize(drafts.current(project).document) == draft_bytes
+    assert documents.serialize(drafts.current(project).document) == draft_bytes
 
     original = project_path(project).read_bytes()
     if replayed is accepted:

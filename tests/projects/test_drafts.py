@@ -14,9 +14,10 @@ from django.utils import timezone
 
 from audit.models import AuditEvent, EventKind
 from confirmations import executor
-from projects import drafts, operations, plcopen
+from projects import drafts, operations
 from projects.capability import ACCEPT_DRAFT
 from projects.models import ChangeGroup, GroupState, Project, StagedOperation, WorkingDraft
+from projects.plcopen import documents, queries
 from projects.services import do_import_project, project_path
 from tests.projects.conftest import MAIN, fixture_bytes
 
@@ -89,7 +90,7 @@ def test_accepting_writes_the_draft_through_the_executor_and_empties_it(cast, pr
     group = begin(project, cast.operator.user)
     stage(project, group, [add("Extra1")])
     stage(project, group, [add("Extra2")])
-    draft_bytes = plcopen.serialize(drafts.current(project).document)
+    draft_bytes = documents.serialize(drafts.current(project).document)
     contract = accept(project)
     assert contract.state == "VERIFIED", contract.detail
     assert project_path(project).read_bytes() == draft_bytes
@@ -130,7 +131,7 @@ def revision(project: Project) -> int:
 
 
 def draft_bytes(project: Project) -> bytes:
-    return plcopen.serialize(drafts.current(project).document)
+    return documents.serialize(drafts.current(project).document)
 
 
 def stored(project: Project) -> tuple[int, int, int]:
@@ -188,7 +189,7 @@ def test_a_group_built_over_several_stage_calls_keeps_every_batch_in_order(cast,
     ]
     assert (described["state"], described["author"], described["rationale"]) == ("building", "olivia", "because")
     assert described["working_revision"] == revision(project) == 4
-    variable = plcopen.get_element(drafts.current(project).document, "pou/LineMain/var/Extra1")
+    variable = queries.get_element(drafts.current(project).document, "pou/LineMain/var/Extra1")
     assert variable["type"] == "DINT"
 
 

@@ -11,12 +11,9 @@ import pytest
 from lxml import etree
 
 from projects.findings import LIBRARY_TYPES, SEVERITIES, Finding, check
-from projects.plcopen import SCHEMA_PATH
+from projects.plcopen import tc6
+from projects.plcopen.documents import SCHEMA_PATH
 from tests.projects.conftest import INVALID, INVALID_FIXTURES, fixture_params, fixture_path
-
-NS = "http://www.plcopen.org/xml/tc6_0201"
-TC6_ELEMENTS = {"BOOL", "BYTE", "WORD", "DWORD", "LWORD", "SINT", "INT", "DINT", "LINT", "USINT", "UINT"}
-TC6_ELEMENTS |= {"UDINT", "ULINT", "REAL", "LREAL", "TIME", "DATE", "DT", "TOD", "string", "wstring"}
 
 # ---------------------------------------------------------------------------------------------------------
 # Building small projects
@@ -26,7 +23,7 @@ TC6_ELEMENTS |= {"UDINT", "ULINT", "REAL", "LREAL", "TIME", "DATE", "DT", "TOD",
 def type_xml(type_name: str) -> str:
     if type_name.startswith("<"):
         return type_name
-    if type_name in TC6_ELEMENTS:
+    if type_name in tc6.ELEMENTARY_TYPE_ELEMENTS:
         return f"<{type_name}/>"
     return f'<derived name="{type_name}"/>'
 
@@ -80,17 +77,14 @@ def schema() -> etree.XMLSchema:
 def project(*, data_types: str = "", pous: str = "", configurations: str = "") -> etree._Element:
     """A minimal TC6 2.01 document; findings are about what the schema does not check, so every project
     built here must be schema-valid."""
-    xml = f"""<?xml version="1.0" encoding="utf-8"?>
-<project xmlns="{NS}" xmlns:xhtml="http://www.w3.org/1999/xhtml">
-  <fileHeader companyName="" productName="Forge tests" productVersion="1" creationDateTime="2024-01-01T00:00:00"/>
-  <contentHeader name="Tests">
-    <coordinateInfo>
-      <fbd><scaling x="1" y="1"/></fbd><ld><scaling x="1" y="1"/></ld><sfc><scaling x="1" y="1"/></sfc>
-    </coordinateInfo>
-  </contentHeader>
-  <types><dataTypes>{data_types}</dataTypes><pous>{pous}</pous></types>
-  <instances><configurations>{configurations}</configurations></instances>
-</project>"""
+    xml = tc6.project_skeleton(
+        name="Tests",
+        product="Forge tests",
+        created="2024-01-01T00:00:00",
+        data_types=f"{data_types}\n" if data_types else "",
+        pous=f"{pous}\n" if pous else "",
+        configurations=f"{configurations}\n" if configurations else "",
+    )
     root = etree.fromstring(xml.encode(), etree.XMLParser(strip_cdata=False))
     schema().assertValid(root)
     return root

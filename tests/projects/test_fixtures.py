@@ -11,12 +11,12 @@ from collections.abc import Iterator
 import pytest
 from lxml import etree
 
-from projects import plcopen
+from projects.plcopen import documents, tc6
 from tests.fixtures.plcopen import make_fixtures
 from tests.projects.conftest import FIXTURES, FIXTURES_DIR, INVALID_FIXTURES, fixture_bytes
 
-NS = {"p": plcopen.NS}
-XHTML = plcopen.XHTML_NS
+NS = {"p": tc6.NS}
+XHTML = tc6.XHTML_NS
 
 
 def parsed(name: str) -> etree._Element:
@@ -58,19 +58,19 @@ def test_the_tests_list_every_fixture_of_the_folder_and_the_readme_describes_eac
 
 def test_every_valid_fixture_validates_round_trips_and_the_invalid_one_does_not_validate():
     for name in FIXTURES:
-        document = plcopen.load(fixture_bytes(name))
+        document = documents.load(fixture_bytes(name))
         if name in INVALID_FIXTURES:
-            assert plcopen.validate(document), name
+            assert documents.validate(document), name
         else:
-            assert plcopen.validate(document) == [], name
-            assert plcopen.serialize(document) == fixture_bytes(name), name
+            assert documents.validate(document) == [], name
+            assert documents.serialize(document) == fixture_bytes(name), name
 
 
 # --- what they cover together --------------------------------------------------------------------------
 
 
 def test_all_five_languages_have_bodies_and_the_graphical_ones_keep_their_layout():
-    languages = {plcopen.local_name(body[0]) for body in everywhere("//p:pou/p:body")}
+    languages = {tc6.local_name(body[0]) for body in everywhere("//p:pou/p:body")}
     assert languages == {"ST", "IL", "FBD", "LD", "SFC"}
     for language in ("FBD", "LD", "SFC"):
         assert everywhere(f"//p:{language}/*/p:position"), language
@@ -86,8 +86,8 @@ def test_all_five_languages_have_bodies_and_the_graphical_ones_keep_their_layout
 
 
 def test_sfc_has_pou_level_actions_and_transitions_inline_conditions_qualifiers_and_both_branchings():
-    assert {plcopen.local_name(b[0]) for b in everywhere("//p:pou/p:actions/p:action/p:body")} == {"LD"}
-    assert {plcopen.local_name(b[0]) for b in everywhere("//p:pou/p:transitions/p:transition/p:body")} == {"FBD"}
+    assert {tc6.local_name(b[0]) for b in everywhere("//p:pou/p:actions/p:action/p:body")} == {"LD"}
+    assert {tc6.local_name(b[0]) for b in everywhere("//p:pou/p:transitions/p:transition/p:body")} == {"FBD"}
     assert everywhere("//p:SFC/p:step[@initialStep='true']")
     assert everywhere("//p:SFC/p:transition/p:condition/p:inline/p:ST")
     assert everywhere("//p:SFC/p:transition/p:condition/p:reference")
@@ -175,7 +175,7 @@ def test_the_invalid_fixture_has_the_habits_of_old_editors(name):
     assert root.xpath("//p:ST[normalize-space(text())]", namespaces=NS)
     assert root.xpath("//p:SFC/p:actionBlock/p:action[not(@localId)][not(p:relPosition)]", namespaces=NS)
     assert re.search(rb"<fileHeader [^>]*\n", raw) and b" />" in raw  # attributes on several lines, `<x />`
-    assert {plcopen.local_name(body[0]) for body in root.xpath("//p:pou/p:body", namespaces=NS)} == {
+    assert {tc6.local_name(body[0]) for body in root.xpath("//p:pou/p:body", namespaces=NS)} == {
         "ST",
         "IL",
         "FBD",

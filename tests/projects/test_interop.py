@@ -38,7 +38,8 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
-from projects import findings, plcopen
+from projects import findings
+from projects.plcopen import documents, elements, queries
 from projects.services import ProjectRefused, checked_document
 
 VARIABLE = "FORGE_INTEROP_SAMPLES"
@@ -71,10 +72,10 @@ def refusal(raw: bytes) -> str | None:
     return None
 
 
-def loaded(raw: bytes) -> plcopen.ProjectDocument:
+def loaded(raw: bytes) -> documents.ProjectDocument:
     try:
-        return plcopen.load(raw)
-    except plcopen.ProjectFormatError as exc:
+        return documents.load(raw)
+    except documents.ProjectFormatError as exc:
         pytest.skip(f"not loadable, refused at registration: {exc}")
 
 
@@ -85,10 +86,10 @@ def test_a_file_registration_accepts_comes_back_byte_for_byte(path):
     if refused is not None:
         pytest.skip(f"refused at registration: {refused}")
 
-    out = plcopen.serialize(plcopen.load(raw))
+    out = documents.serialize(documents.load(raw))
 
     assert out == raw
-    assert plcopen.serialize(plcopen.load(out)) == out
+    assert documents.serialize(documents.load(out)) == out
 
 
 @pytest.mark.parametrize("path", interop_params())
@@ -98,12 +99,12 @@ def test_a_file_registration_refuses_is_refused_with_its_reason_and_keeps_its_co
     if refused is None:
         pytest.skip("schema-valid: registration accepts it")
     try:
-        document = plcopen.load(raw)
-    except plcopen.ProjectFormatError as exc:
+        document = documents.load(raw)
+    except documents.ProjectFormatError as exc:
         assert refused == f"not a PLCopen TC6 2.01 project: {exc}"
         return
 
-    errors = plcopen.validate(document)
+    errors = documents.validate(document)
     assert errors, "registration refused a file that loads and validates"
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     assert f"line {errors[0].line}: {errors[0].message}{more}." in refused
@@ -112,14 +113,14 @@ def test_a_file_registration_refuses_is_refused_with_its_reason_and_keeps_its_co
 
     # What the file says survives a rewrite; only whitespace inside tags (attributes on several lines,
     # `<x />`) may change, as XML does not keep it.
-    out = plcopen.serialize(document)
-    assert plcopen.serialize(plcopen.load(out)) == out
+    out = documents.serialize(document)
+    assert documents.serialize(documents.load(out)) == out
 
     def between_tags(data: bytes) -> str:
         return re.sub(r"<[^>]*>", "<>", data.decode(document.encoding))
 
     assert between_tags(out) == between_tags(raw)
-    assert etree.tostring(plcopen.load(out).root, method="c14n") == etree.tostring(document.root, method="c14n")
+    assert etree.tostring(documents.load(out).root, method="c14n") == etree.tostring(document.root, method="c14n")
 
 
 @pytest.mark.parametrize("path", interop_params())
@@ -128,7 +129,7 @@ def test_the_read_queries_answer_on_every_file_that_loads(path):
     document = loaded(raw)
     entries = document.index.entries
 
-    overview = plcopen.overview(document)
+    overview = queries.overview(document)
     counts = overview["counts"]
     json.dumps(overview)
     assert counts["pous"] == sum(counts["pous_by_type"].values()) == sum(counts["pous_by_language"].values())
@@ -136,7 +137,7 @@ def test_the_read_queries_answer_on_every_file_that_loads(path):
 
     found, cursor = [], None
     while True:
-        page = plcopen.find(document, limit=7, cursor=cursor)
+        page = queries.find(document, limit=7, cursor=cursor)
         found.extend(item["id"] for item in page["items"])
         cursor = page["next_cursor"]
         if cursor is None:
@@ -145,33 +146,33 @@ def test_the_read_queries_answer_on_every_file_that_loads(path):
 
     variables, cursor = [], None
     while True:
-        page = plcopen.list_variables(document, limit=13, cursor=cursor)
+        page = queries.list_variables(document, limit=13, cursor=cursor)
         variables.extend(item["id"] for item in page["items"])
         cursor = page["next_cursor"]
         if cursor is None:
             break
     assert len(variables) == counts["variables"] == len(set(variables)) + duplicate_ids(entries, "variable")
 
-    fresh = plcopen.load(raw)
+    fresh = documents.load(raw)
     for entry in entries:
         if document.index.get(entry.id) is not entry:
             continue  # a duplicate name in its scope: the first one owns the id
-        item = plcopen.get_element(document, entry.id)
+        item = queries.get_element(document, entry.id)
         assert (item["id"], item["kind"]) == (entry.id, entry.kind)
-        assert plcopen.get_element(fresh, entry.id.swapcase()) == item
+        assert queries.get_element(fresh, entry.id.swapcase()) == item
         json.dumps(item)
 
     reported = findings.document_findings(document)
     json.dumps(reported)
     assert all(finding["severity"] == findings.SEVERITIES[finding["code"]] for finding in reported)
     schema_errors = [finding for finding in reported if finding["code"] == "schema_invalid"]
-    assert len(schema_errors) == len(plcopen.validate(document))
+    assert len(schema_errors) == len(documents.validate(document))
     for finding in reported:
         if finding["element_id"]:
-            plcopen.resolve(document.root, finding["element_id"])  # every finding names a real element
+            elements.resolve(document.root, finding["element_id"])  # every finding names a real element
 
 
-def duplicate_ids(entries: list[plcopen.Entry], kind: str) -> int:
+def duplicate_ids(entries: list[elements.Entry], kind: str) -> int:
     """How many entries of `kind` share an id with an earlier one (names repeated in a scope)."""
     keys = [entry.key for entry in entries if entry.kind == kind]
     return len(keys) - len(set(keys))

@@ -10,9 +10,11 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 from lxml import etree
 
-from projects import operations, plcopen
+from projects import operations
 from projects.operations import OperationRefused, apply
-from projects.plcopen import ElementNotFound, ProjectDocument
+from projects.plcopen import documents, elements, grammar, queries, tc6
+from projects.plcopen.documents import ProjectDocument
+from projects.plcopen.elements import ElementNotFound
 from tests.projects.conftest import FIXTURES, INVALID, INVALID_FIXTURES, MAIN, PRAGMAS, fixture_bytes, fixture_path
 
 NOW = datetime(2030, 5, 6, 7, 8, 9)
@@ -20,34 +22,34 @@ NOW = datetime(2030, 5, 6, 7, 8, 9)
 Case = Callable[[ProjectDocument], list[dict] | None]
 
 
-def entries(doc: ProjectDocument, kind: str, predicate: Callable[[plcopen.Entry], bool] = lambda e: True):
+def entries(doc: ProjectDocument, kind: str, predicate: Callable[[elements.Entry], bool] = lambda e: True):
     return [entry for entry in doc.index.entries if entry.kind == kind and predicate(entry)]
 
 
-def first(doc: ProjectDocument, kind: str, predicate: Callable[[plcopen.Entry], bool] = lambda e: True):
+def first(doc: ProjectDocument, kind: str, predicate: Callable[[elements.Entry], bool] = lambda e: True):
     found = entries(doc, kind, predicate)
     return found[0] if found else None
 
 
-def body_language(entry: plcopen.Entry) -> str | None:
-    language = plcopen.first_element(entry.element.find(plcopen.q("body")))
-    return plcopen.local_name(language) if language is not None else None
+def body_language(entry: elements.Entry) -> str | None:
+    language = tc6.first_element(entry.element.find(tc6.q("body")))
+    return tc6.local_name(language) if language is not None else None
 
 
-def pou_variable(doc: ProjectDocument, predicate: Callable[[plcopen.Entry], bool] = lambda e: True):
+def pou_variable(doc: ProjectDocument, predicate: Callable[[elements.Entry], bool] = lambda e: True):
     return first(doc, "variable", lambda e: e.id.startswith("pou/") and predicate(e))
 
 
-def in_shared_section(entry: plcopen.Entry) -> bool:
-    return len(entry.element.getparent().findall(plcopen.q("variable"))) > 2
+def in_shared_section(entry: elements.Entry) -> bool:
+    return len(entry.element.getparent().findall(tc6.q("variable"))) > 2
 
 
-def has(tag: str) -> Callable[[plcopen.Entry], bool]:
-    return lambda entry: entry.element.find(plcopen.q(tag)) is not None
+def has(tag: str) -> Callable[[elements.Entry], bool]:
+    return lambda entry: entry.element.find(tc6.q(tag)) is not None
 
 
-def initial_value(entry: plcopen.Entry) -> str | None:
-    return plcopen.render_value(entry.element.find(plcopen.q("initialValue")))
+def initial_value(entry: elements.Entry) -> str | None:
+    return grammar.render_value(entry.element.find(tc6.q("initialValue")))
 
 
 def _when(target, build: Callable) -> list[dict] | None:
@@ -110,7 +112,7 @@ CASES: dict[str, Case] = {
         pou_variable(d), lambda v: [{"op": "update_variable", "id": v.id, "type": "POINTER TO LREAL"}]
     ),
     "set_initial_value": lambda d: _when(
-        pou_variable(d, lambda e: e.element.find(plcopen.q("initialValue")) is None),
+        pou_variable(d, lambda e: e.element.find(tc6.q("initialValue")) is None),
         lambda v: [{"op": "update_variable", "id": v.id, "initial_value": "0"}],
     ),
     "replace_initial_value": lambda d: _when(
@@ -140,15 +142,15 @@ CASES: dict[str, Case] = {
         lambda v: [
             {
                 "op": "update_variable",
-                "id": plcopen.entry_for(d, v.id).scope
+                "id": elements.entry_for(d, v.id).scope
                 + "/var/"
-                + v.element.getparent().findall(plcopen.q("variable"))[1].get("name"),
+                + v.element.getparent().findall(tc6.q("variable"))[1].get("name"),
                 "retain": True,
             }
         ],
     ),
     "make_constant": lambda d: _when(
-        pou_variable(d, lambda e: not any(plcopen.flag(e.element.getparent(), f) for f in ("retain", "constant"))),
+        pou_variable(d, lambda e: not any(tc6.flag(e.element.getparent(), f) for f in ("retain", "constant"))),
         lambda v: [{"op": "update_variable", "id": v.id, "constant": True}],
     ),
     "remove_variable": lambda d: _when(pou_variable(d), lambda v: [{"op": "remove_variable", "id": v.id}]),
@@ -260,7 +262,7 @@ def _case_params() -> list:
         if name in INVALID_FIXTURES:
             continue
         path = fixture_path(name)
-        doc = plcopen.load(path.read_bytes())
+        doc = documents.load(path.read_bytes())
         for case, build in CASES.items():
             ops = build(doc)
             if ops is not None:
@@ -271,30 +273,30 @@ def _case_params() -> list:
 @pytest.mark.parametrize(("path", "case"), _case_params())
 def test_each_operation_applies_validates_and_reads_back(path, case):
     raw = path.read_bytes()
-    doc = plcopen.load(raw)
+    doc = documents.load(raw)
     ops = CASES[case](doc)
     result = apply(doc, ops, now=NOW)
     assert result.changed_ids
-    assert plcopen.serialize(doc) == raw  # the input document is untouched
+    assert documents.serialize(doc) == raw  # the input document is untouched
 
-    out = plcopen.serialize(result.doc)
-    reloaded = plcopen.load(out)
-    assert plcopen.validate(reloaded) == []
-    assert plcopen.serialize(reloaded) == out
+    out = documents.serialize(result.doc)
+    reloaded = documents.load(out)
+    assert documents.validate(reloaded) == []
+    assert documents.serialize(reloaded) == out
     assert reloaded.line_ending == doc.line_ending
     if doc.line_ending == "\r\n":
         assert out.count(b"\n") == out.count(b"\r\n")
-    header = reloaded.root.find(plcopen.q("contentHeader"))
+    header = reloaded.root.find(tc6.q("contentHeader"))
     assert header.get("modificationDateTime") == "2030-05-06T07:08:09"
 
     removed = {op["id"].lower() for op in ops if op["op"].startswith("remove_")}
     for element_id in result.changed_ids:
         if element_id.lower() in removed:
             with pytest.raises(ElementNotFound):
-                plcopen.get_element(reloaded, element_id)
+                queries.get_element(reloaded, element_id)
         elif not any(element_id == op.get("id") and "name" in op for op in ops):  # an id a rename left behind
-            assert plcopen.get_element(reloaded, element_id)["id"] == element_id
-    assert plcopen.overview(reloaded)["counts"]
+            assert queries.get_element(reloaded, element_id)["id"] == element_id
+    assert queries.overview(reloaded)["counts"]
 
 
 def _units(doc: ProjectDocument) -> dict[str, bytes]:
@@ -305,8 +307,8 @@ def _units(doc: ProjectDocument) -> dict[str, bytes]:
         for e in doc.index.entries
         if e.kind in ("pou", "type", "config")
     }
-    units["fileHeader"] = etree.tostring(doc.root.find(plcopen.q("fileHeader")), with_tail=False)
-    header = etree.fromstring(etree.tostring(doc.root.find(plcopen.q("contentHeader"))))
+    units["fileHeader"] = etree.tostring(doc.root.find(tc6.q("fileHeader")), with_tail=False)
+    header = etree.fromstring(etree.tostring(doc.root.find(tc6.q("contentHeader"))))
     header.attrib.pop("modificationDateTime", None)
     units["contentHeader"] = etree.tostring(header)
     return units
@@ -314,7 +316,7 @@ def _units(doc: ProjectDocument) -> dict[str, bytes]:
 
 @pytest.mark.parametrize(("path", "case"), _case_params())
 def test_everything_outside_the_edited_unit_is_byte_identical(path, case):
-    doc = plcopen.load(path.read_bytes())
+    doc = documents.load(path.read_bytes())
     ops = CASES[case](doc)
     result = apply(doc, ops, now=NOW)
     before, after = _units(doc), _units(result.doc)
@@ -327,15 +329,15 @@ def test_everything_outside_the_edited_unit_is_byte_identical(path, case):
 
 def test_graphical_bodies_adddata_and_comments_survive_an_edit_elsewhere_byte_for_byte():
     raw = fixture_bytes("gate_sequence.xml")
-    doc = plcopen.load(raw)
+    doc = documents.load(raw)
     sfc_pou = first(doc, "pou", lambda e: body_language(e) == "SFC")
     other = first(doc, "pou", lambda e: e is not sfc_pou)
     result = apply(
         doc, [{"op": "add_variable", "scope": other.id, "section": "localVars", "name": "X9", "type": "INT"}]
     )
-    out = plcopen.serialize(result.doc)
+    out = documents.serialize(result.doc)
     sfc_before = etree.tostring(sfc_pou.element)
-    assert sfc_before in out or etree.tostring(plcopen.entry_for(result.doc, sfc_pou.id).element) == sfc_before
+    assert sfc_before in out or etree.tostring(elements.entry_for(result.doc, sfc_pou.id).element) == sfc_before
     # The untouched POU's exact original bytes still appear in the file.
     start = raw.index(f'<pou name="{sfc_pou.name}"'.encode())
     end = raw.index(b"</pou>", start) + len(b"</pou>")
@@ -343,11 +345,11 @@ def test_graphical_bodies_adddata_and_comments_survive_an_edit_elsewhere_byte_fo
 
 
 def test_new_elements_are_indented_like_their_neighbours():
-    doc = plcopen.load(fixture_bytes(MAIN))
+    doc = documents.load(fixture_bytes(MAIN))
     result = apply(
         doc, [{"op": "add_variable", "scope": "pou/LineMain", "section": "localVars", "name": "Z", "type": "INT"}]
     )
-    lines = plcopen.serialize(result.doc).decode().splitlines()
+    lines = documents.serialize(result.doc).decode().splitlines()
     new = next(i for i, line in enumerate(lines) if '<variable name="Z">' in line)
     previous = next(i for i in range(new - 1, 0, -1) if "<variable " in lines[i])
     indent = len(lines[previous]) - len(lines[previous].lstrip())
@@ -365,23 +367,23 @@ def test_a_file_without_line_breaks_gets_none_added():
         b"</coordinateInfo></contentHeader><types><dataTypes/><pous/></types><instances><configurations/>"
         b"</instances></project>"
     )
-    result = apply(plcopen.load(compact), [{"op": "add_pou", "name": "P", "pou_type": "program", "body": "x;"}])
-    out = plcopen.serialize(result.doc)
-    assert b"\n" not in out and plcopen.validate(plcopen.load(out)) == []
+    result = apply(documents.load(compact), [{"op": "add_pou", "name": "P", "pou_type": "program", "body": "x;"}])
+    out = documents.serialize(result.doc)
+    assert b"\n" not in out and documents.validate(documents.load(out)) == []
 
 
 # --- behaviour of particular operations -------------------------------------------------------------------
 
 
 def dosing_line() -> ProjectDocument:
-    return plcopen.load(fixture_bytes(MAIN))
+    return documents.load(fixture_bytes(MAIN))
 
 
 def test_making_one_variable_retain_splits_its_section_and_keeps_the_order():
     doc = dosing_line()
-    locals_ = [v["name"] for v in plcopen.list_variables(doc, scope="pou/LineMain", section="localVars")["items"]]
+    locals_ = [v["name"] for v in queries.list_variables(doc, scope="pou/LineMain", section="localVars")["items"]]
     result = apply(doc, [{"op": "update_variable", "id": "pou/linemain/var/labelled", "retain": True}])
-    sections = plcopen.get_element(result.doc, "pou/LineMain")["interface"]["sections"]
+    sections = queries.get_element(result.doc, "pou/LineMain")["interface"]["sections"]
     shape = [(s["section"], s["retain"], [v["name"] for v in s["variables"]]) for s in sections]
     assert shape == [
         ("inputVars", False, ["Halt"]),
@@ -391,13 +393,13 @@ def test_making_one_variable_retain_splits_its_section_and_keeps_the_order():
         ("localVars", False, locals_),
     ]
     back = apply(result.doc, [{"op": "update_variable", "id": "pou/LineMain/var/Labelled", "retain": False}])
-    assert not plcopen.get_element(back.doc, "pou/LineMain/var/Labelled")["retain"]
-    assert plcopen.validate(plcopen.load(plcopen.serialize(back.doc))) == []
+    assert not queries.get_element(back.doc, "pou/LineMain/var/Labelled")["retain"]
+    assert documents.validate(documents.load(documents.serialize(back.doc))) == []
 
 
 def test_the_first_variable_of_a_section_moves_into_its_own_section_before_the_rest():
     result = apply(dosing_line(), [{"op": "update_variable", "id": "pou/LineMain/var/Dosed", "constant": True}])
-    sections = plcopen.get_element(result.doc, "pou/LineMain")["interface"]["sections"]
+    sections = queries.get_element(result.doc, "pou/LineMain")["interface"]["sections"]
     assert [(s["constant"], [v["name"] for v in s["variables"]]) for s in sections[1:3]] == [
         (True, ["Dosed"]),
         (False, ["Capped", "Labelled", "Vented", "Rinsed"]),
@@ -409,14 +411,14 @@ def test_a_new_variable_joins_the_last_section_of_its_kind_when_the_qualifiers_m
     result = apply(
         doc, [{"op": "add_variable", "scope": "pou/LineMain", "section": "outputVars", "name": "Sealed", "type": "INT"}]
     )
-    sections = plcopen.get_element(result.doc, "pou/LineMain")["interface"]["sections"]
+    sections = queries.get_element(result.doc, "pou/LineMain")["interface"]["sections"]
     assert [v["name"] for v in sections[1]["variables"]][-1] == "Sealed" and len(sections) == 3
 
 
 def test_removing_the_last_variable_of_a_section_removes_the_section():
     doc = dosing_line()
     result = apply(doc, [{"op": "remove_variable", "id": "pou/LineMain/var/Halt"}])
-    sections = plcopen.get_element(result.doc, "pou/LineMain")["interface"]["sections"]
+    sections = queries.get_element(result.doc, "pou/LineMain")["interface"]["sections"]
     assert [s["section"] for s in sections] == ["outputVars", "localVars"]
 
 
@@ -425,38 +427,38 @@ def test_a_rename_changes_the_id_and_keeps_the_declaration():
         dosing_line(), [{"op": "update_variable", "id": "pou/LineMain/var/Progress", "name": "LineProgress"}]
     )
     assert result.changed_ids == ("pou/LineMain/var/Progress", "pou/LineMain/var/LineProgress")
-    assert plcopen.get_element(result.doc, "pou/LineMain/var/lineprogress")["type"] == "REAL"
+    assert queries.get_element(result.doc, "pou/LineMain/var/lineprogress")["type"] == "REAL"
     with pytest.raises(ElementNotFound):
-        plcopen.get_element(result.doc, "pou/LineMain/var/Progress")
+        queries.get_element(result.doc, "pou/LineMain/var/Progress")
 
 
 def test_a_rename_that_only_changes_case_is_allowed():
     result = apply(dosing_line(), [{"op": "update_variable", "id": "pou/LineMain/var/Progress", "name": "PROGRESS"}])
-    assert plcopen.get_element(result.doc, "pou/LineMain/var/PROGRESS")["name"] == "PROGRESS"
+    assert queries.get_element(result.doc, "pou/LineMain/var/PROGRESS")["name"] == "PROGRESS"
 
 
 def test_set_pou_body_keeps_cdata_and_the_xhtml_container():
     result = apply(
         dosing_line(), [{"op": "set_pou_body", "id": "pou/FlowTotal", "language": "ST", "text": "a := b < c;"}]
     )
-    out = plcopen.serialize(result.doc)
+    out = documents.serialize(result.doc)
     assert b"<xhtml:p><![CDATA[a := b < c;]]></xhtml:p>" in out
-    assert plcopen.get_element(result.doc, "pou/FlowTotal")["body"]["text"] == "a := b < c;"
+    assert queries.get_element(result.doc, "pou/FlowTotal")["body"]["text"] == "a := b < c;"
 
 
 def test_code_with_a_cdata_terminator_is_stored_escaped_and_reads_back():
     text = "s := ']]>';"
     result = apply(dosing_line(), [{"op": "set_pou_body", "id": "pou/FlowTotal", "language": "ST", "text": text}])
-    reloaded = plcopen.load(plcopen.serialize(result.doc))
-    assert plcopen.get_element(reloaded, "pou/FlowTotal")["body"]["text"] == text
+    reloaded = documents.load(documents.serialize(result.doc))
+    assert queries.get_element(reloaded, "pou/FlowTotal")["body"]["text"] == text
 
 
 def test_crlf_in_operation_text_is_stored_as_the_files_line_ending():
-    doc = plcopen.load(fixture_bytes(PRAGMAS))
+    doc = documents.load(fixture_bytes(PRAGMAS))
     result = apply(doc, [{"op": "set_pou_body", "id": "pou/Uptime", "language": "ST", "text": "a;\r\nb;\nc;"}])
-    out = plcopen.serialize(result.doc)
+    out = documents.serialize(result.doc)
     assert b"<![CDATA[a;\r\nb;\r\nc;]]>" in out
-    assert plcopen.get_element(plcopen.load(out), "pou/Uptime")["body"]["text"] == "a;\nb;\nc;"
+    assert queries.get_element(documents.load(out), "pou/Uptime")["body"]["text"] == "a;\nb;\nc;"
 
 
 def test_an_instance_names_the_program_as_written_in_the_file():
@@ -471,7 +473,7 @@ def test_an_instance_names_the_program_as_written_in_the_file():
             }
         ],
     )
-    instance = plcopen.get_element(result.doc, "config/Plant/resource/Cpu1/instance/second")
+    instance = queries.get_element(result.doc, "config/Plant/resource/Cpu1/instance/second")
     assert instance["type_name"] == "LineMain"
 
 
@@ -486,9 +488,9 @@ def test_an_aware_time_is_written_as_utc_to_the_second():
     doc = dosing_line()
     now = datetime(2030, 1, 1, 12, 0, 0, 123456, tzinfo=timezone(timedelta(hours=2)))
     result = apply(doc, [{"op": "add_pou", "name": "T1", "pou_type": "program"}], now=now)
-    assert result.doc.root.find(plcopen.q("contentHeader")).get("modificationDateTime") == "2030-01-01T10:00:00"
+    assert result.doc.root.find(tc6.q("contentHeader")).get("modificationDateTime") == "2030-01-01T10:00:00"
     later = apply(doc, [{"op": "add_pou", "name": "T1", "pou_type": "program"}])
-    stamp = datetime.fromisoformat(later.doc.root.find(plcopen.q("contentHeader")).get("modificationDateTime"))
+    stamp = datetime.fromisoformat(later.doc.root.find(tc6.q("contentHeader")).get("modificationDateTime"))
     assert abs(stamp.replace(tzinfo=UTC) - datetime.now(UTC)) < timedelta(minutes=1)
 
 
@@ -686,7 +688,7 @@ REFUSALS = {
 @pytest.mark.parametrize("case", list(REFUSALS))
 def test_a_refused_operation_is_named_by_index_and_leaves_the_document_untouched(case):
     raw = fixture_bytes(MAIN)
-    doc = plcopen.load(raw)
+    doc = documents.load(raw)
     bad, reason = REFUSALS[case]
     with pytest.raises(OperationRefused) as refused:
         apply(doc, [VALID_FIRST, bad], now=NOW)
@@ -694,36 +696,36 @@ def test_a_refused_operation_is_named_by_index_and_leaves_the_document_untouched
     assert refused.value.op == bad["op"] or case == "unknown operation"
     assert reason in refused.value.reason
     assert str(refused.value).startswith("operation 1")
-    assert plcopen.serialize(doc) == raw
+    assert documents.serialize(doc) == raw
     assert "pou/linemain/var/fine" not in doc.index.by_id
 
 
 def test_an_input_that_was_already_invalid_is_not_blamed_on_the_operation():
     raw = fixture_bytes(INVALID)
-    doc = plcopen.load(raw)
+    doc = documents.load(raw)
     with pytest.raises(OperationRefused) as refused:
         apply(doc, [{"op": "add_pou", "name": "P", "pou_type": "program"}])
     assert refused.value.index is None
     assert "already invalid" in refused.value.reason and "line 8" in refused.value.reason
     assert len(refused.value.schema_errors) == 23
-    assert plcopen.serialize(doc) == plcopen.serialize(plcopen.load(raw))
+    assert documents.serialize(doc) == documents.serialize(documents.load(raw))
 
 
 def test_a_result_the_schema_rejects_is_refused_naming_the_operation_that_broke_it(monkeypatch):
     # No operation can produce schema-invalid XML today; stand in for a future bug to test the safety net.
     def broken_remove_pou(root, op, layout):
-        root.find(plcopen.q("instances")).getparent().remove(root.find(plcopen.q("instances")))
+        root.find(tc6.q("instances")).getparent().remove(root.find(tc6.q("instances")))
         return ["pou/x"]
 
     monkeypatch.setitem(operations._HANDLERS, operations.RemovePou, broken_remove_pou)
     raw = fixture_bytes(MAIN)
-    doc = plcopen.load(raw)
+    doc = documents.load(raw)
     with pytest.raises(OperationRefused) as refused:
         apply(doc, [VALID_FIRST, VALID_FIRST | {"name": "Fine2"}, {"op": "remove_pou", "id": "pou/LineMain"}])
     assert refused.value.index == 2
     assert "would not be valid against the TC6 2.01 schema" in refused.value.reason
     assert refused.value.schema_errors and refused.value.schema_errors[0].line > 0
-    assert plcopen.serialize(doc) == raw
+    assert documents.serialize(doc) == raw
 
 
 def test_the_operation_models_forbid_unknown_fields_and_publish_a_schema():
@@ -740,4 +742,4 @@ def test_the_operation_models_forbid_unknown_fields_and_publish_a_schema():
         "add_pou_instance",
     }
     assert all(definition.get("additionalProperties") is False for definition in schema["$defs"].values())
-    assert set(typing.get_args(operations.Section)) == set(plcopen.VAR_SECTIONS)
+    assert set(typing.get_args(operations.Section)) == set(tc6.VAR_SECTIONS)
