@@ -12,7 +12,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
@@ -41,9 +41,7 @@ class NewToken:
     raw: str
 
 
-def do_create_token(
-    *, owner: AbstractBaseUser, label: str, expires_at: datetime | None = None, acting_user: str = ""
-) -> NewToken:
+def do_create_token(*, owner: User, label: str, expires_at: datetime | None = None, acting_user: str = "") -> NewToken:
     """Create a client token and return it with its raw value, which is shown once and never stored."""
     raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
     with transaction.atomic():

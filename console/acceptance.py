@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
 from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
@@ -60,7 +60,7 @@ class DraftDecisionRefused(Exception):
 # --- reading -------------------------------------------------------------------------------------------
 
 
-def reviewable(user: AbstractBaseUser, slug: str) -> Project:
+def reviewable(user: User | AnonymousUser, slug: str) -> Project:
     """The project with this slug, if `user` may view it; "not found" alike for one they may not see."""
     project = Project.objects.filter(slug=slug).first()
     if project is None or not can_view(user, project):
@@ -74,7 +74,7 @@ def _live_count(model: type[StagedOperation] | type[ChangeGroup], **live: Any) -
     return Coalesce(Subquery(counted.annotate(n=Count("pk")).values("n"), output_field=IntegerField()), 0)
 
 
-def waiting(user: AbstractBaseUser) -> QuerySet[WorkingDraft]:
+def waiting(user: User | AnonymousUser) -> QuerySet[WorkingDraft]:
     """The drafts of projects `user` may view that hold operations of live change groups (a reviewer's
     work), with their live `group_count` and `operation_count`, in project order."""
     return (
@@ -108,7 +108,8 @@ def rows(found: list[WorkingDraft]) -> list[DraftRow]:
     """The list's rows for drafts from `waiting`, each read now (replayed first if its file moved)."""
     listed = []
     for draft in found:
-        counts = {"groups": draft.group_count, "operations": draft.operation_count}
+        # Annotations of `waiting`'s queryset, which the model's type does not know.
+        counts = {"groups": draft.group_count, "operations": draft.operation_count}  # type: ignore[attr-defined]
         try:
             materialized = drafts.current(draft.project)
         except ProjectUnavailable as exc:
@@ -233,7 +234,7 @@ class Discarded:
     working_revision: int
 
 
-def do_accept_draft(project: Project, *, acting_user: AbstractBaseUser, working_revision: int) -> Accepted:
+def do_accept_draft(project: Project, *, acting_user: User | AnonymousUser, working_revision: int) -> Accepted:
     """Accept the whole working draft the operator reviewed at `working_revision`: one contract writes it
     to the project file and the groups become accepted. DraftDecisionRefused (audited, nothing written)
     without approve_change, when the draft moved since the review, when it changes nothing, or when the
@@ -241,7 +242,7 @@ def do_accept_draft(project: Project, *, acting_user: AbstractBaseUser, working_
     return _decided(EventKind.DRAFT_ACCEPTED, project, acting_user, working_revision, _accept)
 
 
-def do_discard_draft(project: Project, *, acting_user: AbstractBaseUser, working_revision: int) -> Discarded:
+def do_discard_draft(project: Project, *, acting_user: User | AnonymousUser, working_revision: int) -> Discarded:
     """Discard every live change group of the draft the operator reviewed at `working_revision`.
     DraftDecisionRefused (audited, nothing changed) without approve_change or when the draft moved since."""
     return _decided(EventKind.DRAFT_DISCARDED, project, acting_user, working_revision, _discard)
@@ -250,9 +251,9 @@ def do_discard_draft(project: Project, *, acting_user: AbstractBaseUser, working
 def _decided(
     kind: str,
     project: Project,
-    user: AbstractBaseUser,
+    user: User | AnonymousUser,
     reviewed: int,
-    decide: Callable[[Project, AbstractBaseUser, int], Result],
+    decide: Callable[[Project, User | AnonymousUser, int], Result],
 ) -> Result:
     try:
         if not can_approve(user, project):
@@ -318,7 +319,7 @@ def _working_revision(draft: WorkingDraft) -> int:
     return WorkingDraft.objects.filter(pk=draft.pk).values_list("working_revision", flat=True).get()
 
 
-def _accept(project: Project, user: AbstractBaseUser, reviewed: int) -> Accepted:
+def _accept(project: Project, user: User | AnonymousUser, reviewed: int) -> Accepted:
     _still_reviewed(project, reviewed)
     try:
         materialized, intent = drafts.acceptance(project)
@@ -430,7 +431,7 @@ def _executor_refusal(project: Project, reason: str, message: str, contract: Con
     return DraftDecisionRefused(code, text.format(detail=detail, contract=memorable), contract=contract)
 
 
-def _discard(project: Project, user: AbstractBaseUser, reviewed: int) -> Discarded:
+def _discard(project: Project, user: User | AnonymousUser, reviewed: int) -> Discarded:
     draft = _still_reviewed(project, reviewed).draft
     try:
         groups = drafts.do_discard_draft(project, acting_user=user.get_username(), expected_revision=reviewed)

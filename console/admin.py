@@ -97,7 +97,8 @@ class AccessRequestAdmin(ReadOnlyModelAdmin):
     def get_actions(self, request):
         # ReadOnlyModelAdmin denies change permission, which hides actions; decisions check grant_access
         # themselves (per project), so they are offered to every console user.
-        return {name: (func, name, desc) for func, name, desc in self._get_base_actions()}
+        # _get_base_actions is ModelAdmin's own (private, so django-stubs leaves it out).
+        return {name: (func, name, desc) for func, name, desc in self._get_base_actions()}  # type: ignore[attr-defined]
 
     @admin.action(description="Allow the selected pending requests")
     def allow(self, request, queryset) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser, User
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from pydantic import BaseModel, ConfigDict, Field
@@ -195,7 +195,7 @@ def access_requests(request: Request) -> Response:
 
 
 def _decision_view(
-    summary: str, description: str, decide: Callable[[int, AbstractBaseUser], AccessRequest]
+    summary: str, description: str, decide: Callable[[int, User | AnonymousUser], AccessRequest]
 ) -> Callable[..., Response]:
     """POST /api/access-requests/<id>/<decision>: `decide` as the operator, the request as it is after."""
 

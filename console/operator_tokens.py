@@ -13,7 +13,7 @@ import contextlib
 import secrets
 from dataclasses import dataclass
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
@@ -35,7 +35,7 @@ class NewOperatorToken:
     raw: str
 
 
-def do_create_operator_token(user: AbstractBaseUser, label: str, *, acting_user: str = "") -> NewOperatorToken:
+def do_create_operator_token(user: User, label: str, *, acting_user: str = "") -> NewOperatorToken:
     """Create an operator token and return it with its raw value, which is shown once and never stored."""
     if not is_operator(user):
         raise NotAnOperator(

@@ -20,6 +20,7 @@ from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect, HttpResponseRedirect
+from django.template.response import TemplateResponse
 from django.urls import URLPattern, URLResolver, path, re_path, reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
@@ -218,5 +219,5 @@ class ConsoleSite(admin.AdminSite):
             *super().get_urls(),
         ]
 
-    def index(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
+    def index(self, request: HttpRequest, extra_context: dict | None = None) -> TemplateResponse:
         return super().index(request, extra_context={"dashboard": dashboard(request), **(extra_context or {})})
