@@ -3,9 +3,9 @@
 
 Needs only Python 3.11+. Both commands create `.venv/` and install the pinned, hashed dependencies of
 requirements/base.lock (`up`) or requirements/dev.lock (`test`, a superset) into it when missing or when
-the lock changed, so they are safe to run again. `python3 forge.py lock` rewrites both locks from
-pyproject.toml with uv. `up` also migrates the database, creates the
-secrets, a demo operator and a demo token, prints how to connect, and serves on 127.0.0.1. `test` also
+the lock changed, so they are safe to run again; `python3 forge.py lock` rewrites both locks from
+pyproject.toml with uv. `up` also migrates the database, creates the secrets, a demo operator and a demo
+token, prints how to connect, and serves on 127.0.0.1. `test` runs ruff and mypy before pytest, and
 installs Debian's chromium for the browser tests when it is missing and this is root on a machine with
 apt-get (Playwright's own browser download is never used); otherwise those tests skip and say why.
 """
@@ -177,8 +177,28 @@ def up(argv: list[str]) -> None:
     os.execv(str(PYTHON), [str(PYTHON), "manage.py", "runmcp", "--host", host, "--port", port, *argv])
 
 
+# Run before pytest, fastest first, stopping at the first that fails: a lint or type error costs seconds,
+# not a test run. FORGE_TEST_CHECKS=0 leaves them out (.ci/run's second pass, which already ran them).
+CHECKS = (
+    ("ruff", "check", "."),
+    ("ruff", "format", "--check", "."),
+    ("mypy",),  # the files and settings are pyproject.toml's [tool.mypy]
+)
+
+
+def run_checks() -> None:
+    if os.environ.get("FORGE_TEST_CHECKS", "1") == "0":
+        return
+    for check in CHECKS:
+        print(f"# {' '.join(check)}", flush=True)
+        done = subprocess.run([str(VENV / "bin" / check[0]), *check[1:]], cwd=ROOT)
+        if done.returncode != 0:
+            sys.exit(f"# {' '.join(check)} failed (exit {done.returncode}): fix that first; pytest did not run")
+
+
 def test(argv: list[str]) -> None:
     ensure_environment(dev=True)
+    run_checks()
     ensure_chromium()
     os.chdir(ROOT)
     os.execv(str(PYTHON), [str(PYTHON), "-m", "pytest", *argv])

@@ -59,3 +59,10 @@ def test_every_data_file_is_carried() -> None:
             if owner == folder and path not in carried:
                 left_out.append(str(path.relative_to(ROOT)))
     assert not left_out, f"files the wheel would leave out (add them to package-data): {sorted(left_out)}"
+
+
+def test_mypy_checks_every_product_package() -> None:
+    """[tool.mypy] files are the wheel's top-level packages: a new app is type-checked from its first commit."""
+    mypy = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
+    top_level = {name for name in PACKAGES if "." not in name}
+    assert set(mypy["files"]) == top_level
