@@ -31,6 +31,7 @@ from audit import keys, merkle
 from audit.checkpoint import Checkpoint, sign, verifier_key_string
 from audit.mirror import Mirror, MirrorError
 from audit.models import AuditCheckpoint, AuditEvent, AuditTreeNode, EventKind
+from forge_core.canonical import canonical_json
 from forge_core.errors import AuditUnavailable
 
 MAX_VALUE_CHARS = 1024
@@ -98,11 +99,6 @@ def _bounded(container: dict[str, Any] | list[Any], size: int) -> tuple[Any, int
     if size <= MAX_CONTAINER_CHARS:
         return container, size
     return _digest(canonical_json(container)), 100
-
-
-def canonical_json(value: Any) -> str:
-    """The one serialization that MACs, leaves and mirror lines are computed over."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def format_ts(ts: datetime) -> str:

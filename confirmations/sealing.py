@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import json
 import os
 import unicodedata
 from collections.abc import Mapping
@@ -26,6 +25,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from forge_core import canonical
 from forge_core.env import create_once, secret_file
 
 NONCE_BYTES = 12
@@ -87,8 +87,9 @@ def _canonical(value: Any) -> Any:
 
 
 def canonical_json(value: Any) -> bytes:
-    """NFC-normalized, key-sorted, compact UTF-8 JSON; floats and other dynamic values are refused."""
-    return json.dumps(_canonical(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    """A contract's canonical form: text NFC-normalized, floats and other dynamic values refused, then the
+    service's canonical JSON (`forge_core.canonical`) as UTF-8."""
+    return canonical.canonical_json(_canonical(value)).encode()
 
 
 def digest(data: bytes) -> str:

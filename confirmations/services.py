@@ -15,7 +15,6 @@ console and the operator REST API call these, never the executor directly.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
@@ -37,6 +36,7 @@ from confirmations.models import (
     ContractState,
     PendingConfirmation,
 )
+from forge_core.canonical import canonical_json
 from forge_core.live import notify_console, notify_streams
 
 C = ConfirmationState
@@ -65,7 +65,8 @@ def expiry_for(tool: str) -> timedelta:
 
 
 def arguments_digest(arguments: Mapping[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(arguments, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    """The sha256 of the call's arguments in the service's canonical JSON, as the audit rows name them."""
+    return hashlib.sha256(canonical_json(arguments).encode()).hexdigest()
 
 
 def do_create_confirmation(

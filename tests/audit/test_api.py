@@ -17,7 +17,8 @@ from access.services import do_revoke_token
 from audit import merkle
 from audit.checkpoint import parse_and_verify
 from audit.models import AuditCheckpoint, AuditEvent, AuditTreeNode, EventKind
-from audit.services import DatabaseNodeStore, canonical_json, do_make_checkpoint, format_ts, record, tree_size
+from audit.services import DatabaseNodeStore, do_make_checkpoint, format_ts, record, tree_size
+from forge_core.canonical import canonical_json
 from tests.conftest import Cast, Member
 
 EVENTS = "/api/audit/events"

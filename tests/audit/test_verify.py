@@ -16,8 +16,9 @@ import pytest
 from django.db import connection, connections
 
 from audit.models import AuditEvent, EventKind
-from audit.services import canonical_json, do_make_checkpoint, event_line, record
+from audit.services import do_make_checkpoint, event_line, record
 from audit.verify import verify_log
+from forge_core.canonical import canonical_json
 from forge_core.errors import AuditUnavailable
 from tests.audit.helpers import (
     append_events,

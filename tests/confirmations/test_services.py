@@ -7,6 +7,7 @@ Carla stands for the AI client's owner (no confirmation rights); Olivia and Osca
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import socket
 from collections.abc import Iterator
 from datetime import timedelta
@@ -138,6 +139,12 @@ def test_creating_a_confirmation_is_audited_with_its_digest_not_its_arguments(ca
         "arguments_digest": services.arguments_digest(confirmation.arguments),
     }
     assert NEW_VARIABLE not in row.arguments_json
+
+
+def test_the_arguments_digest_is_the_sha256_of_the_arguments_in_canonical_json():
+    # The audit log's form (forge_core.canonical): text as UTF-8 characters, not \u escapes.
+    digest = services.arguments_digest({"name": "Förderband", "op": "add_pou"})
+    assert digest == hashlib.sha256('{"name":"Förderband","op":"add_pou"}'.encode()).hexdigest()
 
 
 # --- approving --------------------------------------------------------------------------------------
