@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
@@ -37,6 +37,9 @@ from projects.capability import ACCEPT_DRAFT
 from projects.models import LIVE_GROUP_STATES, ChangeGroup, DraftEvent, Project, StagedOperation, WorkingDraft
 from projects.preview import unified_diff
 from projects.services import ProjectUnavailable
+
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
 
 CAPABILITY = "project.file"
 ATTEMPTS = 5
@@ -74,7 +77,14 @@ def _live_count(model: type[StagedOperation] | type[ChangeGroup], **live: Any) -
     return Coalesce(Subquery(counted.annotate(n=Count("pk")).values("n"), output_field=IntegerField()), 0)
 
 
-def waiting(user: User | AnonymousUser) -> QuerySet[WorkingDraft]:
+class LiveCounts(TypedDict):
+    """What `waiting` annotates each draft with: its live change groups and their operations."""
+
+    group_count: int
+    operation_count: int
+
+
+def waiting(user: User | AnonymousUser) -> QuerySet[WithAnnotations[WorkingDraft, LiveCounts]]:
     """The drafts of projects `user` may view that hold operations of live change groups (a reviewer's
     work), with their live `group_count` and `operation_count`, in project order."""
     return (
@@ -104,12 +114,11 @@ class DraftRow:
     unavailable: str = ""  # why the project's file cannot be read now, if it cannot
 
 
-def rows(found: list[WorkingDraft]) -> list[DraftRow]:
+def rows(found: list[WithAnnotations[WorkingDraft, LiveCounts]]) -> list[DraftRow]:
     """The list's rows for drafts from `waiting`, each read now (replayed first if its file moved)."""
     listed = []
     for draft in found:
-        # Annotations of `waiting`'s queryset, which the model's type does not know.
-        counts = {"groups": draft.group_count, "operations": draft.operation_count}  # type: ignore[attr-defined]
+        groups, operations = draft.group_count, draft.operation_count
         try:
             materialized = drafts.current(draft.project)
         except ProjectUnavailable as exc:
@@ -122,7 +131,8 @@ def rows(found: list[WorkingDraft]) -> list[DraftRow]:
                     changed=False,
                     updated_at=draft.updated_at,
                     unavailable=str(exc),
-                    **counts,
+                    groups=groups,
+                    operations=operations,
                 )
             )
             continue
@@ -135,7 +145,8 @@ def rows(found: list[WorkingDraft]) -> list[DraftRow]:
                 conflicts=len(materialized.conflicts),
                 changed=materialized.changed,
                 updated_at=now.updated_at,
-                **counts,
+                groups=groups,
+                operations=operations,
             )
         )
     return listed
