@@ -21,26 +21,42 @@ from django.utils import timezone
 from access.models import AccessRequest, AccessState, ClientToken, McpSession
 from audit.models import EventKind
 from audit.services import record
+from forge_core.errors import Refusal
 from forge_core.live import notify_console
 from projects.models import Project
 
 OPEN_STATES = (AccessState.PENDING, AccessState.ALLOWED)
 
 
-class AccessDecisionRefused(Exception):
+class AccessDecisionRefused(Refusal):
     """A decision that cannot be made (already decided, no permission); nothing was changed."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(self.code, message)
 
 
 class NoSuchAccessRequest(AccessDecisionRefused):
     """The request id names no access request."""
 
+    code, status = "FORGE_ERR_NO_SUCH_ACCESS_REQUEST", 404
+
+    def __init__(self, request_id: object) -> None:
+        super().__init__(
+            f"There is no access request {request_id}; the console's Access requests screen (or GET "
+            "/api/access-requests) lists them."
+        )
+
 
 class GrantNotPermitted(AccessDecisionRefused):
     """The deciding user lacks `grant_access` on the request's project (the attempt is audited)."""
 
+    code, status = "FORGE_ERR_NO_GRANT_ACCESS", 403
+
 
 class AccessAlreadyDecided(AccessDecisionRefused):
     """The request is no longer in the state the decision needs."""
+
+    code, status = "FORGE_ERR_ACCESS_ALREADY_DECIDED", 409
 
 
 # The checks and decisions take whoever a request comes from, as request.user is typed: the anonymous user
@@ -121,7 +137,7 @@ def _require_permission(request_id: int, user: User | AnonymousUser, verb: str) 
     """Refuse (and audit the attempt, in its own transaction) a decision by a user without grant_access."""
     request = AccessRequest.objects.select_related("token__owner", "project").filter(pk=request_id).first()
     if request is None:
-        raise NoSuchAccessRequest("There is no such access request.")
+        raise NoSuchAccessRequest(request_id)
     if not can_grant(user, request.project):
         _audit_decision(request, user, "refused: no grant_access permission")
         raise GrantNotPermitted(f"You may not {verb} access to {request.project.slug}; ask its owner.")
@@ -135,7 +151,7 @@ def _locked(request_id: int) -> AccessRequest:
         .first()
     )
     if request is None:
-        raise NoSuchAccessRequest("There is no such access request.")
+        raise NoSuchAccessRequest(request_id)
     return request
 
 

@@ -38,7 +38,6 @@ from confirmations.models import ConfirmationState, Contract, ContractState, Pen
 from confirmations.services import (
     DECIDE_PERMISSION,
     RESOLVE_PERMISSION,
-    DecisionRefused,
     do_approve_confirmation,
     do_deny_confirmation,
     do_resolve_contract,
@@ -48,8 +47,8 @@ from confirmations.services import (
     reconciliation_evidence,
     tampered_refusal,
 )
-from forge_core.console import ReadOnlyModelAdmin, signed_in
-from forge_core.errors import AuditUnavailable
+from forge_core.console import ReadOnlyModelAdmin, refused, signed_in
+from forge_core.errors import AuditUnavailable, Refusal
 
 log = logging.getLogger(__name__)
 
@@ -155,14 +154,14 @@ class PendingConfirmationAdmin(MemorableIdSearch, ReadOnlyModelAdmin):
             else:
                 self.message_user(request, "Choose approve or deny; nothing was decided.", messages.ERROR)
                 return HttpResponseRedirect(page)
-        except DecisionRefused as refusal:
-            self.message_user(request, refusal.message, messages.ERROR)
-            if refusal.status == 404:
-                return HttpResponseRedirect(reverse("admin:confirmations_pendingconfirmation_changelist"))
-            return HttpResponseRedirect(page)
         except AuditUnavailable:
             log.exception("deciding confirmation %s from the console: the audit row could not be written", object_id)
             self.message_user(request, NOT_AUDITED, messages.ERROR)
+            return HttpResponseRedirect(page)
+        except Refusal as refusal:
+            refused(request, refusal)
+            if refusal.status == 404:
+                return HttpResponseRedirect(reverse("admin:confirmations_pendingconfirmation_changelist"))
             return HttpResponseRedirect(page)
         level, text = decision_message(decided)
         self.message_user(request, text, level)
@@ -256,14 +255,14 @@ class ContractAdmin(MemorableIdSearch, ReadOnlyModelAdmin):
             return HttpResponseRedirect(page)
         try:
             contract = act()
-        except DecisionRefused as refusal:
-            self.message_user(request, refusal.message, messages.ERROR)
-            if refusal.status == 404:
-                return HttpResponseRedirect(reverse("admin:confirmations_contract_changelist"))
-            return HttpResponseRedirect(page)
         except AuditUnavailable:
             log.exception("acting on contract %s from the console: the audit row could not be written", object_id)
             self.message_user(request, NOT_AUDITED, messages.ERROR)
+            return HttpResponseRedirect(page)
+        except Refusal as refusal:
+            refused(request, refusal)
+            if refusal.status == 404:
+                return HttpResponseRedirect(reverse("admin:confirmations_contract_changelist"))
             return HttpResponseRedirect(page)
         level, text = describe(contract)
         self.message_user(request, text, level)

@@ -5,9 +5,10 @@ and contracts (keyset pages, oldest first, filtered by state), read one (a contr
 events and, in RECONCILIATION, what its target looks like now), approve or deny a confirmation, roll a
 contract back or resolve its reconciliation. Each view parses, calls the `do_*` function of
 `confirmations.services` (which checks the permission, audits and hands the work to the executor) and
-serializes; a refusal of those functions is a `{"code", "detail"}` body with its status: 404 unknown,
-403 without the permission (the attempt is audited), 409 already decided, expired, in the wrong state
-or (FORGE_ERR_TARGET_DRIFT) a target that changed since, 400 a typed memorable ID that does not match.
+serializes; a refusal of those functions (`DecisionRefused`, or the executor's `ExecutionRefused`) goes out as
+it is, problem details with its code and status (`forge_core.rest`): 404 unknown, 403 without the
+permission (the attempt is audited), 409 already decided, expired, in the wrong state or
+(FORGE_ERR_TARGET_DRIFT) a target that changed since, 400 a typed memorable ID that does not match.
 
 Who may call is the operator API's rule (`forge_core.rest.OperatorsOnly`: a console login, with CSRF
 on unsafe methods, or an operator token; a client token is refused); the authentication classes come
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
 from typing import Any, Literal
 
 from drf_spectacular.types import OpenApiTypes
@@ -26,7 +26,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema
 from pydantic import BaseModel, ConfigDict, Field
 from rest_framework import serializers
 from rest_framework.decorators import api_view, parser_classes, permission_classes, schema
-from rest_framework.exceptions import APIException, NotFound
+from rest_framework.exceptions import NotFound
 from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -40,7 +40,6 @@ from confirmations.models import (
     PendingConfirmation,
 )
 from confirmations.services import (
-    DecisionRefused,
     do_approve_confirmation,
     do_deny_confirmation,
     do_resolve_contract,
@@ -67,14 +66,6 @@ from forge_core.rest import (
 log = logging.getLogger(__name__)
 
 LIST_PARAMETERS = frozenset({"state", "after", "limit"})
-
-
-class Refused(APIException):
-    """A refusal of `confirmations.services`, on the wire with its own code and status."""
-
-    def __init__(self, refused: DecisionRefused) -> None:
-        self.status_code = refused.status
-        super().__init__(refused.message, code=refused.code)
 
 
 BODY_REFUSED = {
@@ -293,14 +284,6 @@ def _in_state(params: dict[str, str], states: list[str]) -> dict[str, str]:
     return {"state": state}
 
 
-def _refused(act: Callable[[], Any]) -> Any:
-    """What `act` returns; a refusal of the services as its wire error."""
-    try:
-        return act()
-    except DecisionRefused as refused:
-        raise Refused(refused) from None
-
-
 @extend_schema(
     operation_id="confirmations_list",
     summary="Pending confirmations",
@@ -354,9 +337,7 @@ def confirmation(request: Request, confirmation_id: uuid.UUID) -> Response:
 @schema(OperatorSchema())
 def approve(request: Request, confirmation_id: uuid.UUID) -> Response:
     body = parsed_body(Approval, request.data, send='a JSON object {"typed_id": "word-word-word-word"}, or no body,')
-    decided = _refused(
-        lambda: do_approve_confirmation(confirmation_id, acting_user=signed_in(request.user), typed_id=body.typed_id)
-    )
+    decided = do_approve_confirmation(confirmation_id, acting_user=signed_in(request.user), typed_id=body.typed_id)
     return Response(ConfirmationDetail(decided).data)
 
 
@@ -376,9 +357,7 @@ def approve(request: Request, confirmation_id: uuid.UUID) -> Response:
 @schema(OperatorSchema())
 def deny(request: Request, confirmation_id: uuid.UUID) -> Response:
     body = parsed_body(Denial, request.data, send='a JSON object {"reason": "..."}, or no body,')
-    decided = _refused(
-        lambda: do_deny_confirmation(confirmation_id, acting_user=signed_in(request.user), reason=body.reason)
-    )
+    decided = do_deny_confirmation(confirmation_id, acting_user=signed_in(request.user), reason=body.reason)
     return Response(ConfirmationDetail(decided).data)
 
 
@@ -425,7 +404,7 @@ def contract(request: Request, contract_id: uuid.UUID) -> Response:
     except Contract.DoesNotExist:
         raise _no_such("contract") from None
     except sealing.ContractTampered as exc:
-        raise Refused(tampered_refusal(exc)) from None
+        raise tampered_refusal(exc) from None
     except executor.ExecutionRefused as exc:
         log.warning("contract %s: its target could not be compared (%s)", contract_id, exc.reason)
         evidence = None
@@ -454,9 +433,7 @@ def contract(request: Request, contract_id: uuid.UUID) -> Response:
 @schema(OperatorSchema())
 def rollback(request: Request, contract_id: uuid.UUID) -> Response:
     body = parsed_body(Rollback, request.data, send='a JSON object {"typed_id": "word-word-word-word"}')
-    done = _refused(
-        lambda: do_rollback_contract(contract_id, acting_user=signed_in(request.user), typed_id=body.typed_id)
-    )
+    done = do_rollback_contract(contract_id, acting_user=signed_in(request.user), typed_id=body.typed_id)
     return Response(_contract_body(done, None))
 
 
@@ -482,9 +459,7 @@ def resolve(request: Request, contract_id: uuid.UUID) -> Response:
         request.data,
         send='a JSON object {"conclusion": "applied"}, "not_applied" or "rolled_back_by_hand"',
     )
-    done = _refused(
-        lambda: do_resolve_contract(contract_id, acting_user=signed_in(request.user), conclusion=body.conclusion)
-    )
+    done = do_resolve_contract(contract_id, acting_user=signed_in(request.user), conclusion=body.conclusion)
     return Response(_contract_body(done, None))
 
 

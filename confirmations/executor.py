@@ -512,7 +512,7 @@ def rollback(contract: Contract, *, actor: str, typed_id: str, step: Step = no_s
     try:
         current = adapter.read(identity).fingerprint
     except TargetMissing as missing:
-        raise ExecutionRefused("target_missing", missing.message) from None
+        raise ExecutionRefused("target_missing", missing.clause) from None
     if current != contract.post_fingerprint:
         raise ExecutionRefused(
             "target_drift",

@@ -37,6 +37,8 @@ from confirmations.models import (
     PendingConfirmation,
 )
 from forge_core.canonical import canonical_json
+from forge_core.capabilities import sentence
+from forge_core.errors import Refusal
 from forge_core.live import notify_console, notify_streams
 
 C = ConfirmationState
@@ -49,14 +51,12 @@ def confirmation_group(confirmation_id: Any) -> str:
     return f"confirmation.{confirmation_id}"
 
 
-class DecisionRefused(Exception):
-    """A decision that cannot be made; `code` is the wire code (FORGE_ERR_* or a REST slug)."""
+class DecisionRefused(Refusal):
+    """A decision that cannot be made, nothing changed: `reason` is a slug, the code FORGE_ERR_ + it."""
 
-    def __init__(self, code: str, message: str, *, status: int = 409) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.status = status
+    def __init__(self, reason: str, message: str, *, status: int = 409) -> None:
+        super().__init__(f"FORGE_ERR_{reason.upper()}", message, status=status)
+        self.reason = reason
 
 
 def expiry_for(tool: str) -> timedelta:
@@ -285,7 +285,7 @@ def _carry_out(confirmation: PendingConfirmation, actor: str) -> PendingConfirma
         )
     except executor.ExecutionRefused as refusal:
         left = Contract.objects.filter(confirmation=confirmation).first()
-        return _finish(confirmation, left, refusal_reason=refusal.reason, message=refusal.message)
+        return _finish(confirmation, left, refusal_reason=refusal.reason, message=refusal.clause)
     except sealing.ContractTampered:
         # The contract record no longer authenticates: nothing more is done with it, and the client is
         # told to go through an operator (the console shows the contract as tampered).
@@ -448,14 +448,6 @@ def outcome_of(confirmation: PendingConfirmation) -> dict[str, Any]:
 
 # --- operators' decisions on contracts: rollback and reconciliation -------------------------------
 
-CONTRACT_REFUSALS: dict[str, tuple[str, int]] = {
-    # executor refusal reason -> (wire code, HTTP status)
-    "typed_id": ("typed_id_mismatch", 400),
-    "conclusion": ("bad_conclusion", 400),
-    "target_drift": ("target_drift", 409),
-    "state": ("wrong_state", 409),
-    "stale": ("wrong_state", 409),
-}
 EVIDENCE_FINDINGS = {
     "before": "The target matches what it was before the contract ran: the change is not in it.",
     "result": "The target matches the intended result: the change is in it.",
@@ -476,7 +468,7 @@ def contract_by_id(contract_id: Any) -> Contract:
 def tampered_refusal(exc: sealing.ContractTampered) -> DecisionRefused:
     return DecisionRefused(
         "contract_tampered",
-        f"{_sentence(str(exc))} Nothing can be done with it here: compare the database with a backup and check "
+        f"{sentence(str(exc))} Nothing can be done with it here: compare the database with a backup and check "
         "the target by hand.",
         status=409,
     )
@@ -545,6 +537,7 @@ def do_resolve_contract(contract_id: Any, *, acting_user: User, conclusion: str)
 
 def _act_on_contract(contract_id: Any, user: User, action: str, act: Callable[[Contract], Contract]) -> Contract:
     contract = contract_by_id(contract_id)
+    refusal: Refusal
     if not user.has_perm(RESOLVE_PERMISSION):
         refusal = DecisionRefused(
             "permission_denied",
@@ -557,23 +550,15 @@ def _act_on_contract(contract_id: Any, user: User, action: str, act: Callable[[C
         try:
             done = act(contract)
         except executor.ExecutionRefused as exc:
-            code, status = CONTRACT_REFUSALS.get(exc.reason, (exc.reason, 409))
-            refusal = DecisionRefused(code, _sentence(exc.message), status=status)
+            refusal = exc
         except sealing.ContractTampered as exc:
             refusal = tampered_refusal(exc)
         else:
             notify_console("contracts")
             return done
-        outcome = f"refused: {action}, {refusal.code}"
+        outcome = f"refused: {action}, {refusal.code.removeprefix('FORGE_ERR_').lower()}"
     # The executor's refusals change nothing, so they leave no contract event: the audit row says an
     # operator tried, and why it was refused.
     with transaction.atomic():
         executor.record_contract_event(contract, {"state": contract.state}, outcome=outcome, actor=user.get_username())
     raise refusal
-
-
-def _sentence(text: str) -> str:
-    text = text.strip()
-    if not text:
-        return text
-    return text[0].upper() + text[1:] + ("" if text.endswith(".") else ".")

@@ -32,6 +32,7 @@ from audit.models import EventKind
 from audit.services import record
 from confirmations import executor, sealing
 from confirmations.models import Contract, ContractState
+from forge_core.errors import Refusal
 from projects import drafts, plcopen
 from projects.capability import ACCEPT_DRAFT
 from projects.models import LIVE_GROUP_STATES, ChangeGroup, DraftEvent, Project, StagedOperation, WorkingDraft
@@ -49,14 +50,13 @@ busy with another contract, a failed write) is a new decision, so it gets an ide
 Result = TypeVar("Result")
 
 
-class DraftDecisionRefused(Exception):
-    """An accept or discard refused with nothing written; `code` is the wire code (FORGE_ERR_ + code upper)."""
+class DraftDecisionRefused(Refusal):
+    """An accept or discard refused with nothing written: `reason` is a slug, the code FORGE_ERR_ + it;
+    `contract` the contract the attempt left, when there is one."""
 
-    def __init__(self, code: str, message: str, *, status: int = 409, contract: Contract | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.status = status
+    def __init__(self, reason: str, message: str, *, status: int = 409, contract: Contract | None = None) -> None:
+        super().__init__(f"FORGE_ERR_{reason.upper()}", message, status=status)
+        self.reason = reason
         self.contract = contract
 
 
@@ -283,7 +283,7 @@ def _decided(
             record(
                 kind,
                 arguments=arguments,
-                outcome=f"refused: {refusal.code}",
+                outcome=f"refused: {refusal.reason}",
                 called_by=user.get_username(),
                 project=project.slug,
             )
@@ -354,7 +354,7 @@ def _accept(project: Project, user: User | AnonymousUser, reviewed: int) -> Acce
         contract = _prepare(project, draft, intent, approval, actor)
         contract = executor.execute(contract, actor=actor)
     except executor.ExecutionRefused as refused:
-        raise _executor_refusal(project, refused.reason, refused.message, contract) from None
+        raise _executor_refusal(project, refused.reason, refused.clause, contract) from None
     except sealing.ContractTampered as exc:
         raise DraftDecisionRefused(
             "contract_tampered",

@@ -7,7 +7,7 @@ from django.contrib import admin, messages
 from access.grants import AccessDecisionRefused, do_decide_access, do_revoke_access
 from access.models import AccessRequest, ClientToken, McpSession, ServerState
 from access.services import do_revoke_token, do_switch_mcp
-from forge_core.console import ReadOnlyModelAdmin
+from forge_core.console import ReadOnlyModelAdmin, refused
 
 
 @admin.register(ClientToken)
@@ -118,7 +118,7 @@ class AccessRequestAdmin(ReadOnlyModelAdmin):
             try:
                 decide(pk)
                 done += 1
-            except AccessDecisionRefused as exc:
-                self.message_user(request, f"Request {pk}: {exc}", messages.ERROR)
+            except AccessDecisionRefused as refusal:
+                refused(request, refusal, about=f"Request {pk}")
         if done:
             self.message_user(request, f"Decided {done} request(s).", messages.SUCCESS)

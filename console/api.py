@@ -8,8 +8,9 @@ calls and serializes; every decision is audited by the function it calls, with t
 Only operators get in: a console login (REST framework enforces CSRF on its unsafe methods) or an
 operator token (`console.operator_tokens`). A client token authenticates, but is refused with a 403:
 it stands for an MCP client, which must never decide its own access. A decision the consent functions
-refuse is 404 (no such request), 403 (no `grant_access` on its project, audited there) or 409 (already
-decided), each with its FORGE_ERR code and a sentence.
+refuse (`access.grants.AccessDecisionRefused`, a refusal the REST edge renders as problem details) is 404
+(no such request), 403 (no `grant_access` on its project, audited there) or 409 (already decided), each
+with its FORGE_ERR code and a sentence.
 """
 
 from __future__ import annotations
@@ -22,18 +23,11 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from pydantic import BaseModel, ConfigDict, Field
 from rest_framework import serializers
 from rest_framework.decorators import api_view, parser_classes, permission_classes, schema
-from rest_framework.exceptions import APIException, NotFound, PermissionDenied
 from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from access.grants import (
-    AccessAlreadyDecided,
-    GrantNotPermitted,
-    NoSuchAccessRequest,
-    do_decide_access,
-    do_revoke_access,
-)
+from access.grants import do_decide_access, do_revoke_access
 from access.models import AccessRequest, AccessState, McpSession
 from access.services import do_switch_mcp
 from console.site import switch_position
@@ -54,12 +48,6 @@ from forge_core.rest import (
 )
 
 PAGE_PARAMETERS = frozenset({"after", "limit"})
-
-
-class AlreadyDecided(APIException):
-    status_code = 409
-    default_code = "access_already_decided"
-    default_detail = "This access request is decided already; nothing was changed."
 
 
 DECISION_REFUSED = {
@@ -206,18 +194,7 @@ def _decision_view(
     @permission_classes([OperatorsOnly])
     @schema(OperatorSchema())
     def decision(request: Request, request_id: int) -> Response:
-        try:
-            decided = decide(request_id, request.user)
-        except NoSuchAccessRequest:
-            raise NotFound(
-                f"There is no access request {request_id}; GET /api/access-requests lists them.",
-                code="no_such_access_request",
-            ) from None
-        except GrantNotPermitted as exc:
-            raise PermissionDenied(str(exc), code="no_grant_access") from None
-        except AccessAlreadyDecided as exc:
-            raise AlreadyDecided(str(exc)) from None
-        return Response(AccessRequestRow(decided).data)
+        return Response(AccessRequestRow(decide(request_id, request.user)).data)
 
     return decision
 

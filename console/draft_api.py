@@ -24,7 +24,6 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from pydantic import BaseModel, ConfigDict, Field
 from rest_framework import serializers
 from rest_framework.decorators import api_view, parser_classes, permission_classes, schema
-from rest_framework.exceptions import APIException
 from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -53,15 +52,6 @@ from forge_core.rest import (
     refusal,
 )
 from projects.services import ProjectUnavailable
-
-
-class Refused(APIException):
-    """A refusal of `console.acceptance`, on the wire with its own code and status."""
-
-    def __init__(self, refused: DraftDecisionRefused) -> None:
-        self.status_code = refused.status
-        super().__init__(refused.message, code=refused.code)
-
 
 NOT_VISIBLE = {404: refusal("There is no project with this slug that the operator may view.")}
 DECISION_REFUSED = {
@@ -179,13 +169,6 @@ class Reviewed(BaseModel):
 # --- views -----------------------------------------------------------------------------------------
 
 
-def _refused(act):
-    try:
-        return act()
-    except DraftDecisionRefused as refused:
-        raise Refused(refused) from None
-
-
 @extend_schema(
     operation_id="drafts_list",
     summary="Working drafts waiting for review",
@@ -229,11 +212,11 @@ def drafts(request: Request) -> Response:
 @schema(OperatorSchema())
 def draft(request: Request, slug: str) -> Response:
     query_parameters(request, frozenset())
-    project = _refused(lambda: reviewable(request.user, slug))
+    project = reviewable(request.user, slug)
     try:
         found: DraftReview = review(project)
     except ProjectUnavailable as exc:
-        raise Refused(DraftDecisionRefused("project_unavailable", str(exc))) from None
+        raise DraftDecisionRefused("project_unavailable", str(exc)) from None
     return Response(DraftDetail(found).data)
 
 
@@ -286,7 +269,7 @@ def discard(request: Request, slug: str) -> Response:
 
 
 def _decide(request: Request, slug: str, decide, shape: type[serializers.Serializer]) -> Response:
-    project = _refused(lambda: reviewable(request.user, slug))
+    project = reviewable(request.user, slug)
     body = parsed_body(Reviewed, request.data, send='a JSON object {"working_revision": n}')
-    done: Any = _refused(lambda: decide(project, acting_user=request.user, working_revision=body.working_revision))
+    done: Any = decide(project, acting_user=request.user, working_revision=body.working_revision)
     return Response(shape(done).data)

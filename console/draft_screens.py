@@ -37,6 +37,7 @@ from console.acceptance import (
     rows,
     waiting,
 )
+from forge_core.console import refused
 from forge_core.errors import AuditUnavailable
 from projects.services import ProjectUnavailable
 
@@ -77,7 +78,7 @@ class DraftScreens:
         try:
             project = reviewable(request.user, slug)
         except DraftDecisionRefused as refusal:
-            messages.error(request, refusal.message)
+            refused(request, refusal)
             return HttpResponseRedirect(reverse("admin:drafts"))
         context = {
             **self.site.each_context(request),

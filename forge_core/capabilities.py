@@ -3,7 +3,8 @@
 `confirmations` carries out mutations but holds no project or roster logic; `projects` and `caretaker`
 provide capability adapters, named by dotted path in `FORGE_CAPABILITIES`. Neither side may import the
 other, so the few types they share (what a read returns, the adapter's refusals, the adapter's shape)
-live here, in the ground package both stand on.
+live here, in the ground package both stand on. The refusals are of the one error family
+(`forge_core.errors.Refusal`), so an operator's request the executor refuses reaches the edge as it is.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from forge_core.errors import Refusal
 
 Step = Callable[[str], None]
 
@@ -27,13 +30,30 @@ class Observation:
     fingerprint: str
 
 
-class ExecutionRefused(Exception):
-    """The executor will not (or can no longer) carry something out; `reason` is a value-free slug."""
+# The executor's reasons whose code and status are not FORGE_ERR_ + the reason, 409.
+REASON_CODES: dict[str, tuple[str, int]] = {
+    "typed_id": ("FORGE_ERR_TYPED_ID_MISMATCH", 400),
+    "conclusion": ("FORGE_ERR_BAD_CONCLUSION", 400),
+    "state": ("FORGE_ERR_WRONG_STATE", 409),
+    "stale": ("FORGE_ERR_WRONG_STATE", 409),
+}
 
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
+
+class ExecutionRefused(Refusal):
+    """The executor will not (or can no longer) carry something out; `reason` is a value-free slug, `clause`
+    says why in words that compose into other sentences (the refusal's message is it as a sentence)."""
+
+    def __init__(self, reason: str, clause: str) -> None:
+        code, status = REASON_CODES.get(reason, (f"FORGE_ERR_{reason.upper()}", 409))
+        super().__init__(code, sentence(clause), status=status)
         self.reason = reason
-        self.message = message
+        self.clause = clause
+
+
+def sentence(text: str) -> str:
+    """A clause as a sentence: capitalized, ending with a full stop."""
+    text = text.strip()
+    return (text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")) if text else text
 
 
 class TargetMissing(ExecutionRefused):

@@ -1,13 +1,17 @@
 """Shared pieces of the console (the extended Django admin) that every app's screens and APIs use: who is
-an operator, the base of an operator credential and its prefix, and the read-only list."""
+an operator, the base of an operator credential and its prefix, the read-only list, and how a refusal
+reaches an operator on a console screen (`refused`)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest
 from rest_framework.authentication import BaseAuthentication
+
+from forge_core.errors import Refusal
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser, AnonymousUser, User
@@ -33,6 +37,12 @@ def signed_in(user: User | AnonymousUser) -> User:
     if isinstance(user, AnonymousUser):
         raise PermissionDenied("Sign in first.")
     return user
+
+
+def refused(request: HttpRequest, refusal: Refusal, *, about: str = "") -> None:
+    """A refusal on a console screen: its message (after what it was `about`, for one of several items) as an
+    error message on the page the operator lands on next."""
+    messages.error(request, f"{about}: {refusal.message}" if about else refusal.message)
 
 
 class OperatorAuthentication(BaseAuthentication):

@@ -1,11 +1,12 @@
 """What every REST API of this server shares: its error bodies, strict parameters and bodies, keyset pages,
 and who may use the operator API.
 
-Errors: the one place REST framework errors become wire bodies, `{"code": "FORGE_ERR_...", "detail":
-sentence}`. Views raise REST framework exceptions with a sentence that says what to send instead; this
-handler (settings: REST_FRAMEWORK["EXCEPTION_HANDLER"]) gives each a machine code beside it, replaces the
-framework's own wording where it would not tell a client what to do, and answers an action whose audit
-row could not be written (so nothing was done) with a 503 rather than a traceback.
+Errors: the one place errors become wire bodies, `{"code": "FORGE_ERR_...", "detail": sentence}`. A
+service's refusal (`forge_core.errors.Refusal`, the audit row that could not be written among them: 503)
+carries its code, sentence and status itself, so views let it through. Views raise REST framework
+exceptions with a sentence that says what to send instead; this handler (settings:
+REST_FRAMEWORK["EXCEPTION_HANDLER"]) gives each a machine code beside it and replaces the framework's own
+wording where it would not tell a client what to do.
 
 Parameters: an endpoint names the query parameters it takes, each given once; an unknown one is refused
 rather than silently ignored, and a number out of range is a 400 that says what to send. Pages are
@@ -40,7 +41,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as rest_framework_exception_handler
 
 from forge_core.console import OperatorAuthentication, is_operator
-from forge_core.errors import AuditUnavailable
+from forge_core.errors import AuditUnavailable, Refusal
 
 log = logging.getLogger("forge.api")
 
@@ -67,15 +68,6 @@ class BadParameter(APIException):
     default_detail = "A query parameter is not valid."
 
 
-class AuditLogUnavailable(APIException):
-    status_code = 503
-    default_code = "audit_unavailable"
-    default_detail = (
-        "The audit log cannot be written, so nothing was done. Try again later; if it persists, check the "
-        "server's database and audit mirror."
-    )
-
-
 class ErrorBody(serializers.Serializer):
     """What every refusal carries (documented in the OpenAPI schema)."""
 
@@ -96,9 +88,10 @@ BAD_QUERY = {400: refusal("A query parameter is unknown, repeated or out of rang
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    if isinstance(exc, AuditUnavailable):
-        log.error("an API action was refused: its audit row could not be written (%s)", exc)
-        exc = AuditLogUnavailable()
+    if isinstance(exc, Refusal):
+        if isinstance(exc, AuditUnavailable):
+            log.error("an API action was refused: its audit row could not be written (%s)", exc)
+        return Response({"code": exc.code, "detail": exc.message}, status=exc.status)
     response = rest_framework_exception_handler(exc, context)
     if response is None or not isinstance(exc, APIException) or not isinstance(exc.detail, ErrorDetail):
         return response

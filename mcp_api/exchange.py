@@ -24,7 +24,7 @@ from access import services
 from access.models import BROADCAST_GROUP, ClientToken, McpSession, Transport, session_group, token_group
 from confirmations.models import ConfirmationState, PendingConfirmation
 from confirmations.services import expire_due, outcome_of
-from forge_core.errors import AuditUnavailable
+from forge_core.errors import Refusal
 from mcp_api import jsonrpc
 from mcp_api.jsonrpc import (
     HEADER_MISMATCH,
@@ -190,12 +190,8 @@ def _run(fn, exchange: Exchange) -> Reply:
         return fn(exchange)
     except RpcError as exc:
         return Reply.rpc_error(exc)
-    except AuditUnavailable:
-        unavailable = RpcError(
-            jsonrpc.INTERNAL_ERROR,
-            "FORGE_ERR_AUDIT_UNAVAILABLE: the audit log cannot be written, so nothing was done. Try again later.",
-        )
-        return Reply.rpc_error(unavailable, status=503)
+    except Refusal as refusal:
+        return Reply.rpc_error(jsonrpc.refusal_error(refusal))
 
 
 # --- Streamable HTTP: POST /mcp --------------------------------------------------------------------

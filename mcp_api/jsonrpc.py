@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from forge_core.errors import Refusal
+
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
@@ -35,6 +37,15 @@ class RpcError(Exception):
         if self.data is not None:
             error["data"] = self.data
         return error
+
+
+def refusal_error(refusal: Refusal) -> RpcError:
+    """A refusal that meets the protocol outside a tool call (the audit row of a session's opening could not
+    be written): -32603 with the refusal's code and message, sent with its HTTP status where the transport
+    answers with one."""
+    return RpcError(
+        INTERNAL_ERROR, f"{refusal.code}: {refusal.message}", {"error": refusal.code}, http_status=refusal.status
+    )
 
 
 def decode(body: bytes) -> Any:

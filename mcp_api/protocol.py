@@ -1,5 +1,9 @@
 """The MCP method layer: one table of methods, the lifecycle, and the single exception-to-wire boundary.
 
+A refusal (`forge_core.errors.Refusal`) raised by a tool, by the registry's gate or by a service a tool
+calls becomes the tool's result here, once (`refused_result`); one that meets a method outside a tool call
+becomes a JSON-RPC error (`jsonrpc.refusal_error`). Protocol faults are `RpcError`s throughout.
+
 `respond(ctx, message)` answers one JSON-RPC request for an authenticated principal, whatever the
 transport and revision; the transports only move bytes. It runs inside the one database hop of a call
 (DESIGN section 16), so everything here is synchronous Django code.
@@ -20,9 +24,9 @@ from access import hotpath
 from access.models import ClientToken, McpSession
 from audit.models import EventKind
 from audit.services import record
-from forge_core.errors import AuditUnavailable
+from forge_core.errors import AuditUnavailable, Refusal
 from mcp_api import registry
-from mcp_api.jsonrpc import INTERNAL_ERROR, METHOD_NOT_FOUND, RpcError, error, result
+from mcp_api.jsonrpc import INTERNAL_ERROR, METHOD_NOT_FOUND, RpcError, error, refusal_error, result
 from mcp_api.revisions import ALL_REVISIONS, SERVER_INFO_META_KEY, is_stateless
 from projects.models import Project
 
@@ -75,7 +79,7 @@ class CallContext:
         self.target, self.audit_project, self.awaiting = None, "", None
 
 
-MCP_OFF = registry.ToolError(
+MCP_OFF = Refusal(
     "FORGE_ERR_MCP_DISABLED",
     "MCP is switched off by the operators of this Forge server, so no project can be read or changed. "
     "Ask an operator to switch it on in the Forge console (dashboard); session.status tells you when it is.",
@@ -148,24 +152,23 @@ def _tools_call(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
         raise
     if not tool.when_off and not hotpath.mcp_enabled():
         _audit_call(ctx, tool, raw_arguments if isinstance(raw_arguments, dict) else {}, "mcp_disabled")
-        return tool_result(MCP_OFF.to_structured(), is_error=True)
+        return refused_result(MCP_OFF)
     try:
         # The call and its audit row commit together: if the row cannot be written, whatever the
         # handler changed is rolled back and the client is told nothing was done (fail closed).
         with transaction.atomic():
             try:
-                structured, outcome, is_error = tool.run(ctx, arguments), "ok", False
-            except registry.ToolError as refusal:
-                structured, outcome, is_error = refusal.to_structured(), refusal.code, True
+                answer, outcome = tool_result(tool.run(ctx, arguments)), "ok"
+            except AuditUnavailable:
+                raise  # the transaction is lost: nothing the handler did may stay
+            except Refusal as refusal:
+                # A refusal is the call's answer: what the handler stored before it (a write call's pending
+                # confirmation) commits with the audit row.
+                answer, outcome = refused_result(refusal), refusal.code
             _audit_call(ctx, tool, arguments.model_dump(mode="json"), outcome)
-    except AuditUnavailable:
-        unavailable = registry.ToolError(
-            "FORGE_ERR_AUDIT_UNAVAILABLE",
-            "The audit log cannot be written, so nothing was done. Try again later; if it persists, "
-            "ask an operator to check the server's database and audit mirror.",
-        )
-        structured, is_error = unavailable.to_structured(), True
-    return tool_result(structured, is_error=is_error)
+    except AuditUnavailable as unavailable:
+        answer = refused_result(unavailable)
+    return answer
 
 
 def _audit_call(ctx: CallContext, tool: registry.Tool, arguments: dict[str, Any], outcome: str) -> None:
@@ -181,6 +184,11 @@ def _audit_call(ctx: CallContext, tool: registry.Tool, arguments: dict[str, Any]
         client_label=ctx.token.label,
         project=project or str(arguments.get("project", ""))[:100],
     )
+
+
+def refused_result(refusal: Refusal) -> dict[str, Any]:
+    """A refusal as a tool's result: `isError`, its code and message (and details) as structured content."""
+    return tool_result(refusal.structured(), is_error=True)
 
 
 def tool_result(structured: dict[str, Any], *, is_error: bool = False) -> dict[str, Any]:
@@ -225,11 +233,8 @@ def respond(ctx: CallContext, message: dict[str, Any]) -> dict[str, Any]:
         value = method.handler(ctx, message.get("params") or {})
     except RpcError as exc:
         return error(request_id, exc)
-    except AuditUnavailable:
-        unavailable = RpcError(
-            INTERNAL_ERROR, "FORGE_ERR_AUDIT_UNAVAILABLE: the audit log cannot be written, so nothing was done."
-        )
-        return error(request_id, unavailable)
+    except Refusal as refusal:
+        return error(request_id, refusal_error(refusal))
     except Exception:
         logger.exception("internal error answering %s", message.get("method"))
         return error(request_id, RpcError(INTERNAL_ERROR, "Internal error. The server logged it; try again."))

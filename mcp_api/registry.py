@@ -6,8 +6,9 @@ A tool declares its name, description, a strict pydantic argument model (from wh
 is authorized for under the deployment's flags, in registration order; `tools/call` validates the
 arguments and calls `Tool.run`, which resolves the call's session, project and grant once (`admit`) and
 only then runs the handler, so what a tool declares is exactly what is enforced and no handler looks a
-project up or checks a grant itself. Tool failures are results with `isError: true` and a `FORGE_ERR_*`
-code, never JSON-RPC errors. The tools themselves are declared in `mcp_api.tools`, whose package
+project up or checks a grant itself. A tool (or a service it calls) refuses by raising
+`forge_core.errors.Refusal`, which the method layer turns into a result with `isError: true` and its
+`FORGE_ERR_*` code, never a JSON-RPC error. The tools themselves are declared in `mcp_api.tools`, whose package
 imports every module of them in the order `tools/list` shows them.
 """
 
@@ -27,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from access import grants
 from access.models import AccessState, McpSession, Transport
 from access.services import find_session
+from forge_core.errors import Refusal
 from mcp_api.jsonrpc import INVALID_PARAMS, RpcError
 from projects.models import Project
 
@@ -62,19 +64,6 @@ class Arguments(BaseModel):
 
 class NoArguments(Arguments):
     """A tool that takes no arguments (any given is refused)."""
-
-
-class ToolError(Exception):
-    """A tool's own refusal: becomes an `isError` result with a `FORGE_ERR_*` code and what to do next."""
-
-    def __init__(self, code: str, message: str, **data: Any) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.data = data
-
-    def to_structured(self) -> dict[str, Any]:
-        return {"error": self.code, "message": self.message, **self.data}
 
 
 @dataclass(frozen=True)
@@ -181,7 +170,7 @@ def admit(tool: Tool, ctx: CallContext, arguments: Arguments) -> None:
     if Need.OVERRIDE in tool.needs and not settings.FORGE_OVERRIDE_SECURITIES:
         raise unknown_tool(tool.name)
     if Need.CARETAKER in tool.needs and not is_caretaker(ctx):
-        raise ToolError(
+        raise Refusal(
             "FORGE_ERR_NOT_CARETAKER",
             f"{tool.name} is for the team's caretaker, and this principal is not it. Ask your team's caretaker "
             "to do it from the Forge console.",
@@ -200,7 +189,7 @@ def _visible_project(ctx: CallContext, slug: str) -> Project:
     """The project, if this principal may view it; otherwise the same answer as for no such project."""
     project = Project.objects.filter(slug=slug.strip().lower()).first()
     if project is None or not grants.can_view(ctx.token.owner, project):
-        raise ToolError(
+        raise Refusal(
             "FORGE_ERR_NOT_FOUND", f"There is no project {slug!r}. Call project.list for the projects you may read."
         )
     return project
@@ -210,7 +199,7 @@ def _session_of_handle(ctx: CallContext, handle: str) -> McpSession:
     """A stateless client's session: the one its handle names."""
     session = find_session(ctx.token, handle)
     if session is None or session.transport != Transport.HANDLE:
-        raise ToolError(
+        raise Refusal(
             "FORGE_ERR_NOT_FOUND",
             "This session handle is unknown or has ended. Call session.request_access without one for a new handle.",
         )
@@ -221,21 +210,21 @@ def _require_grant(ctx: CallContext, project: Project) -> None:
     """Let a project call through only on this session's allowed grant; otherwise raise the refusal that
     says why (raising the access request for an operator on the first call)."""
     if ctx.session is None:
-        raise ToolError(
+        raise Refusal(
             "FORGE_ERR_PROJECT_ACCESS_PENDING",
             "This stateless call names no session handle. Call session.request_access with the project to "
             "get one, then pass it as session_handle with every project call.",
         )
     request = grants.raise_request(ctx.token, ctx.session, project)
     if request.state == AccessState.PENDING:
-        raise ToolError(
+        raise Refusal(
             "FORGE_ERR_PROJECT_ACCESS_PENDING",
             f"Access to {project.slug} waits for an operator's decision in the Forge console. Ask again "
             "later; session.status lists your pending requests.",
             project=project.slug,
         )
     if request.state != AccessState.ALLOWED:
-        raise ToolError(
+        raise Refusal(
             "FORGE_ERR_PROJECT_ACCESS_DENIED",
             f"Access to {project.slug} was {request.state} by an operator. Ask the operators of this Forge "
             "server if you need it.",

@@ -29,6 +29,7 @@ from lxml import etree
 
 from audit.models import EventKind
 from audit.services import record
+from forge_core.errors import Refusal
 from forge_core.live import notify_console
 from projects import findings, operations
 from projects.models import (
@@ -48,14 +49,9 @@ EVENTS_LIMIT = 200
 DESCRIBE_LIMIT = 200
 
 
-class DraftRefused(Exception):
-    """A draft call refused with nothing stored: `code` is its FORGE_ERR_*, `data` what the client needs."""
-
-    def __init__(self, code: str, message: str, **data: Any) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.data = data
+class DraftRefused(Refusal):
+    """A draft call refused with nothing stored: its FORGE_ERR_* code, and in `details` what the client needs
+    (the current working revision, the group, the findings)."""
 
 
 @dataclass

@@ -11,8 +11,9 @@ from typing import Any
 from pydantic import Field
 
 from confirmations.models import ConfirmationState
+from forge_core.errors import Refusal
 from mcp_api.jsonrpc import INVALID_PARAMS, RpcError
-from mcp_api.registry import Arguments, ToolError
+from mcp_api.registry import Arguments
 from projects import plcopen
 from projects.services import ProjectUnavailable
 
@@ -34,9 +35,9 @@ def read(call: Callable[..., dict[str, Any]], *args: Any, **kwargs: Any) -> dict
     try:
         return call(*args, **kwargs)
     except ProjectUnavailable as exc:
-        raise ToolError("FORGE_ERR_NOT_FOUND", f"The project cannot be read now: {exc}.") from None
+        raise Refusal("FORGE_ERR_NOT_FOUND", f"The project cannot be read now: {exc}.") from None
     except plcopen.ElementNotFound as exc:
-        raise ToolError(
+        raise Refusal(
             "FORGE_ERR_NOT_FOUND", f"{exc}. Use project.find or project.overview to see the element ids."
         ) from None
     except ValueError as exc:

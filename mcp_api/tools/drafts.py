@@ -15,8 +15,9 @@ from typing import Any
 
 from pydantic import Field
 
+from forge_core.errors import Refusal
 from mcp_api.protocol import CallContext
-from mcp_api.registry import NEEDS_GRANT, ToolError, tool
+from mcp_api.registry import NEEDS_GRANT, tool
 from mcp_api.tools.common import ProjectArguments, read
 from projects import drafts, operations
 from projects.models import Project
@@ -80,7 +81,7 @@ def _fresh(ctx: CallContext, args: Expected) -> tuple[Project, str]:
     session = ctx.session
     current = session.context_generation if session is not None else 0
     if current != args.expected_context_generation:
-        raise ToolError(
+        raise Refusal(
             "FORGE_ERR_STALE_CONTEXT",
             f"What this session may do changed (context generation {current}, you expected "
             f"{args.expected_context_generation}); nothing was stored. Call session.status, then call again.",
@@ -90,13 +91,12 @@ def _fresh(ctx: CallContext, args: Expected) -> tuple[Project, str]:
 
 
 def _drafting(call, *args: Any, **kwargs: Any) -> dict[str, Any]:
-    """Run a draft call: its refusals and a refused operation become tool errors that say what to do."""
+    """Run a draft call (its own refusals reach the client as they are); a refused operation becomes a
+    refusal that says what staging it means: nothing was stored, fix that operation."""
     try:
         return read(call, *args, **kwargs)
-    except drafts.DraftRefused as refused:
-        raise ToolError(refused.code, refused.message, **refused.data) from None
     except operations.OperationRefused as refused:
-        raise ToolError(
+        raise Refusal(
             "FORGE_ERR_INVALID_OPERATION",
             f"{refused}. Nothing was stored: the batch is all or nothing. Fix operation {refused.index} "
             "(project.get_element with view working_draft shows the element as the draft has it) and call again.",

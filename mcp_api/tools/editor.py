@@ -15,8 +15,9 @@ from pydantic import Field
 
 from confirmations.models import PendingConfirmation
 from confirmations.services import expire_due, outcome_of
+from forge_core.errors import Refusal
 from mcp_api.protocol import CallContext
-from mcp_api.registry import Arguments, ToolError, tool
+from mcp_api.registry import Arguments, tool
 from mcp_api.tools.common import outcome_result
 
 LIST_LIMIT = 50
@@ -55,14 +56,14 @@ def editor_confirm(ctx: CallContext, args: ConfirmArguments) -> dict[str, Any]:
         else None
     )
     if confirmation is None:
-        raise ToolError(
+        raise Refusal(
             "FORGE_ERR_NOT_FOUND",
             "This session has no confirmation with that pending_id. editor.pending_confirmations lists yours.",
         )
     ctx.audit_project = confirmation.project
     structured, is_error = outcome_result(outcome_of(confirmation))
     if is_error:
-        raise ToolError(structured.pop("error"), structured.pop("message"), **structured)
+        raise Refusal(structured.pop("error"), structured.pop("message"), **structured)
     return structured
 
 

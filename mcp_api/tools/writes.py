@@ -19,8 +19,9 @@ from pydantic import create_model
 
 from confirmations.sealing import canonical_json
 from confirmations.services import do_create_confirmation
+from forge_core.errors import Refusal
 from mcp_api.protocol import CallContext
-from mcp_api.registry import REGISTRY, Need, Tool, ToolError, register
+from mcp_api.registry import REGISTRY, Need, Tool, register
 from mcp_api.tools.common import ProjectArguments
 from projects import operations, plcopen
 from projects.capability import APPLY_OPERATIONS, intent_for
@@ -96,7 +97,7 @@ def propose(ctx: CallContext, args: ProjectArguments, tool_name: str, op_name: s
         project = current_document(ctx.project).project
         current = project_path(project).read_bytes()
     except (ProjectUnavailable, OSError) as exc:
-        raise ToolError("FORGE_ERR_NOT_FOUND", f"The project cannot be read now: {exc}.") from None
+        raise Refusal("FORGE_ERR_NOT_FOUND", f"The project cannot be read now: {exc}.") from None
     op = {"op": op_name, **args.model_dump(mode="json", exclude_unset=True, exclude={"project", "session_handle"})}
     # The executor keeps the intent in canonical form (NFC); previewing that same form makes the bytes
     # the operator approves the bytes that are written.
@@ -104,7 +105,7 @@ def propose(ctx: CallContext, args: ProjectArguments, tool_name: str, op_name: s
     try:
         preview = preview_change(current, intent, name=project.path)
     except operations.OperationRefused as refusal:
-        raise ToolError(
+        raise Refusal(
             "FORGE_ERR_INVALID_OPERATION",
             f"{refusal.reason}. Nothing was proposed; fix the arguments (project.get_element shows the element "
             "as it is) and call again.",
@@ -129,7 +130,7 @@ def propose(ctx: CallContext, args: ProjectArguments, tool_name: str, op_name: s
         label=f"{tool_name} on {project.slug}",
     )
     ctx.awaiting = str(confirmation.id)
-    raise ToolError(
+    raise Refusal(
         "FORGE_ERR_CONFIRMATION_REQUIRED",
         f"An operator must approve this change in the Forge console ({console_url(confirmation.id)}) before it "
         f"is written; it expires at {confirmation.expires_at.isoformat()}. Call editor.confirm with the "

@@ -207,7 +207,7 @@ def test_a_second_approval_is_refused_as_already_decided_and_the_file_is_written
     written = path.read_bytes()
     with pytest.raises(DecisionRefused) as refused:
         do_approve_confirmation(confirmation.id, acting_user=cast.other_operator.user)
-    assert (refused.value.code, refused.value.status) == ("already_decided", 409)
+    assert (refused.value.code, refused.value.status) == ("FORGE_ERR_ALREADY_DECIDED", 409)
     assert reloaded(confirmation).decided_by == cast.operator.user
     assert Contract.objects.count() == 1
     assert path.read_bytes() == written
@@ -220,7 +220,7 @@ def test_a_denied_confirmation_cannot_be_approved_afterwards(cast, project, path
     do_deny_confirmation(confirmation.id, acting_user=cast.operator.user)
     with pytest.raises(DecisionRefused) as refused:
         do_approve_confirmation(confirmation.id, acting_user=cast.other_operator.user)
-    assert refused.value.code == "already_decided"
+    assert refused.value.code == "FORGE_ERR_ALREADY_DECIDED"
     assert reloaded(confirmation).state == C.DENIED
     assert path.read_bytes() == old
 
@@ -228,7 +228,7 @@ def test_a_denied_confirmation_cannot_be_approved_afterwards(cast, project, path
 def test_an_unknown_confirmation_is_not_found(cast, db):
     with pytest.raises(DecisionRefused) as refused:
         do_approve_confirmation("not-a-uuid", acting_user=cast.operator.user)
-    assert (refused.value.code, refused.value.status) == ("not_found", 404)
+    assert (refused.value.code, refused.value.status) == ("FORGE_ERR_NOT_FOUND", 404)
 
 
 def test_approval_after_the_expiry_is_refused_and_expires_the_confirmation(cast, project, path, old):
@@ -236,7 +236,7 @@ def test_approval_after_the_expiry_is_refused_and_expires_the_confirmation(cast,
     make_due(confirmation)
     with pytest.raises(DecisionRefused) as refused:
         do_approve_confirmation(confirmation.id, acting_user=cast.operator.user)
-    assert (refused.value.code, refused.value.status) == ("expired", 409)
+    assert (refused.value.code, refused.value.status) == ("FORGE_ERR_EXPIRED", 409)
     stored = reloaded(confirmation)
     assert stored.state == C.EXPIRED
     assert stored.outcome["error"] == "FORGE_ERR_CONFIRMATION_EXPIRED"
@@ -252,7 +252,7 @@ def test_a_user_without_the_decide_permission_is_refused_and_the_refusal_is_audi
     confirmation = ask(cast, project)
     with pytest.raises(DecisionRefused) as refused:
         do_approve_confirmation(confirmation.id, acting_user=carla)
-    assert (refused.value.code, refused.value.status) == ("permission_denied", 403)
+    assert (refused.value.code, refused.value.status) == ("FORGE_ERR_PERMISSION_DENIED", 403)
     assert decided_rows(confirmation) == [("refused: approve without permission", "carla")]
     assert reloaded(confirmation).state == C.PENDING
     assert path.read_bytes() == old
@@ -271,7 +271,7 @@ def test_a_wrong_typed_id_is_refused_when_the_confirmation_requires_one(cast, pr
     confirmation = ask(cast, project, requires_typed_id=True)
     with pytest.raises(DecisionRefused) as refused:
         do_approve_confirmation(confirmation.id, acting_user=cast.operator.user, typed_id="abandon-ability-able-about")
-    assert (refused.value.code, refused.value.status) == ("typed_id_mismatch", 400)
+    assert (refused.value.code, refused.value.status) == ("FORGE_ERR_TYPED_ID_MISMATCH", 400)
     assert reloaded(confirmation).state == C.PENDING
     assert path.read_bytes() == old
 
@@ -281,7 +281,7 @@ def test_a_decided_confirmation_is_refused_as_decided_whatever_id_is_typed(cast,
     do_deny_confirmation(confirmation.id, acting_user=cast.operator.user)
     with pytest.raises(DecisionRefused) as refused:
         do_approve_confirmation(confirmation.id, acting_user=cast.operator.user, typed_id="wrong-words-typed-here")
-    assert (refused.value.code, refused.value.status) == ("already_decided", 409)
+    assert (refused.value.code, refused.value.status) == ("FORGE_ERR_ALREADY_DECIDED", 409)
 
 
 def test_the_confirmations_memorable_id_typed_loosely_approves_it(cast, project):
@@ -355,7 +355,7 @@ def test_a_denial_after_the_expiry_is_refused_and_expires_the_confirmation(cast,
     make_due(confirmation)
     with pytest.raises(DecisionRefused) as refused:
         do_deny_confirmation(confirmation.id, acting_user=cast.operator.user)
-    assert refused.value.code == "expired"
+    assert refused.value.code == "FORGE_ERR_EXPIRED"
     assert reloaded(confirmation).state == C.EXPIRED
 
 

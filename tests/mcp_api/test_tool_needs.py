@@ -17,10 +17,11 @@ import pytest
 from access.grants import do_decide_access, raise_request
 from access.models import AccessState, McpSession, Transport
 from access.services import do_open_session, mint_handle
+from forge_core.errors import Refusal
 from mcp_api import registry
 from mcp_api.jsonrpc import INVALID_PARAMS, RpcError
 from mcp_api.protocol import CallContext, respond
-from mcp_api.registry import REGISTRY, Need, Tool, ToolError
+from mcp_api.registry import REGISTRY, Need, Tool
 from mcp_api.tools.writes import register_write_tools, unregister_write_tools
 from projects.models import Project
 from tests.mcp_api.helpers import registered
@@ -86,7 +87,7 @@ def call(tool: Tool, ctx: CallContext, **arguments: Any) -> str | None:
     the refusal's code, or None when the handler ran."""
     try:
         tool.run(ctx, tool.arguments.model_construct(**arguments))
-    except ToolError as refusal:
+    except Refusal as refusal:
         return refusal.code
     return None
 

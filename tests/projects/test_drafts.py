@@ -109,7 +109,7 @@ def test_a_stale_revision_is_refused_before_anything_is_stored(cast, project):
     with pytest.raises(drafts.DraftRefused) as refused:
         drafts.do_stage(project, group.pk, [add("Extra2")], session_id=SESSION, expected_revision=revision)
     assert refused.value.code == "FORGE_ERR_STALE_REVISION"
-    assert refused.value.data["current_working_revision"] == revision + 1
+    assert refused.value.details["current_working_revision"] == revision + 1
     assert group.operations.count() == 1
 
 
@@ -292,7 +292,7 @@ def test_of_two_sessions_staging_from_the_same_revision_the_second_is_told_the_c
 
     assert won["working_revision"] == seen + 1
     assert refused.value.code == "FORGE_ERR_STALE_REVISION"
-    assert refused.value.data == {"current_working_revision": seen + 1}
+    assert refused.value.details == {"current_working_revision": seen + 1}
     assert theirs.operations.count() == 0
     assert drafts.describe(project)["added"] == ["pou/LineMain/var/Mine"]
 
@@ -324,7 +324,7 @@ def test_every_modifying_call_with_a_stale_revision_is_refused_before_anything_i
         calls[call]()
 
     assert refused.value.code == "FORGE_ERR_STALE_REVISION"
-    assert refused.value.data["current_working_revision"] == before[0]
+    assert refused.value.details["current_working_revision"] == before[0]
     assert stored(project) == before
     group.refresh_from_db()
     assert group.state == GroupState.BUILDING
@@ -341,7 +341,7 @@ def test_a_session_may_not_stage_into_a_group_another_session_began(cast, projec
         drafts.do_stage(project, group.pk, [add("Intruder")], session_id=OTHER, expected_revision=before[0])
 
     assert refused.value.code == "FORGE_ERR_NOT_GROUP_OWNER"
-    assert refused.value.data == {"group_id": str(group.pk)}
+    assert refused.value.details == {"group_id": str(group.pk)}
     assert stored(project) == before
 
 
@@ -401,9 +401,9 @@ def test_submit_is_refused_while_problem_findings_stand_and_names_each_finding(c
         drafts.do_submit(project, group.pk, session_id=SESSION, expected_revision=before[0], acknowledge_findings=False)
 
     assert refused.value.code == "FORGE_ERR_FINDINGS_BLOCK_SUBMIT"
-    named = {(f["code"], f["element_id"]) for f in refused.value.data["findings"]}
+    named = {(f["code"], f["element_id"]) for f in refused.value.details["findings"]}
     assert named == {("undeclared_identifier", "pou/FlowTotal"), ("unknown_type", "pou/LineMain/var/Odd")}
-    assert {f["severity"] for f in refused.value.data["findings"]} == {"problem"}
+    assert {f["severity"] for f in refused.value.details["findings"]} == {"problem"}
     assert "Nowhere" in refused.value.message and "NoSuchType" in refused.value.message
     assert stored(project) == before
     group.refresh_from_db()
@@ -501,7 +501,7 @@ def test_unstage_is_refused_when_a_later_group_depends_on_the_withdrawn_operatio
         drafts.do_unstage(project, pou_group.pk, 1, session_id=SESSION, expected_revision=before[0])
 
     assert refused.value.code == "FORGE_ERR_INVALID_OPERATION"
-    assert refused.value.data == {"dependent_positions": [2]}
+    assert refused.value.details == {"dependent_positions": [2]}
     assert "add_variable at position 2" in refused.value.message
     assert stored(project) == before
     assert draft_bytes(project) == before_bytes
@@ -699,7 +699,7 @@ def test_a_replay_that_no_longer_applies_reports_a_conflict_and_blocks_submit(ca
         )
 
     assert status["conflicts"] == 1
-    [conflict] = refused.value.data["findings"]
+    [conflict] = refused.value.details["findings"]
     assert (conflict["code"], conflict["severity"], conflict["element_id"]) == (
         "conflict",
         "problem",
@@ -717,7 +717,7 @@ def test_a_stale_client_after_a_replay_is_told_the_replayed_revision(cast, proje
     with pytest.raises(drafts.DraftRefused) as refused:
         drafts.do_stage(project, group.pk, [add("Extra1")], session_id=SESSION, expected_revision=seen)
 
-    assert refused.value.data["current_working_revision"] == seen + 1
+    assert refused.value.details["current_working_revision"] == seen + 1
     assert group.operations.count() == 0
 
 
