@@ -1,12 +1,14 @@
 """What every REST API of this server shares: its error bodies, strict parameters and bodies, keyset pages,
 and who may use the operator API.
 
-Errors: the one place errors become wire bodies, `{"code": "FORGE_ERR_...", "detail": sentence}`. A
-service's refusal (`forge_core.errors.Refusal`, the audit row that could not be written among them: 503)
-carries its code, sentence and status itself, so views let it through. Views raise REST framework
-exceptions with a sentence that says what to send instead; this handler (settings:
-REST_FRAMEWORK["EXCEPTION_HANDLER"]) gives each a machine code beside it and replaces the framework's own
-wording where it would not tell a client what to do.
+Errors: the one place errors become REST bodies, RFC 9457 problem details (`application/problem+json`):
+`type` (about:blank: the `code` member says what kind of problem it is), `title` (the HTTP status phrase),
+`status`, `detail` (a sentence that says what happened and what to send instead), and the extension members
+`code` ("FORGE_ERR_...") and the refusal's details. A service's refusal (`forge_core.errors.Refusal`, the
+audit row that could not be written among them: 503) carries all of that itself, so views let it through;
+REST framework's own exceptions, which views raise for what they parse, get a code from theirs, and the
+framework's wording is replaced where it would not tell a client what to do. The handler is named in
+settings (REST_FRAMEWORK["EXCEPTION_HANDLER"]).
 
 Parameters: an endpoint names the query parameters it takes, each given once; an unknown one is refused
 rather than silently ignored, and a number out of range is a 400 that says what to send. Pages are
@@ -24,18 +26,22 @@ from __future__ import annotations
 
 import logging
 import re
+from http import HTTPStatus
 from typing import Any, TypeVar
 
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Model, Q, QuerySet
+from django.http import Http404
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
 from rest_framework import serializers
-from rest_framework.exceptions import APIException, ErrorDetail, NotAuthenticated
+from rest_framework.exceptions import APIException, ErrorDetail, NotAuthenticated, NotFound, PermissionDenied
 from rest_framework.permissions import BasePermission
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as rest_framework_exception_handler
@@ -68,16 +74,22 @@ class BadParameter(APIException):
     default_detail = "A query parameter is not valid."
 
 
-class ErrorBody(serializers.Serializer):
-    """What every refusal carries (documented in the OpenAPI schema)."""
+PROBLEM_JSON = "application/problem+json"
 
-    code = serializers.CharField(help_text="A machine code, FORGE_ERR_ followed by the reason.")
+
+class ProblemDetails(serializers.Serializer):
+    """What every refusal carries: RFC 9457 problem details (documented in the OpenAPI schema)."""
+
+    type = serializers.CharField(help_text="about:blank: the code member says what kind of problem this is.")
+    title = serializers.CharField(help_text="The HTTP status phrase, e.g. Conflict.")
+    status = serializers.IntegerField(help_text="The HTTP status code of the response.")
     detail = serializers.CharField(help_text="A sentence that says what happened and what to send instead.")
+    code = serializers.CharField(help_text="A machine code, FORGE_ERR_ followed by the reason.")
 
 
 def refusal(description: str) -> OpenApiResponse:
-    """A documented refusal: an error body, and when it is given."""
-    return OpenApiResponse(ErrorBody, description=description)
+    """A documented refusal: a problem details body, and when it is given."""
+    return OpenApiResponse(ProblemDetails, description=description)
 
 
 OPERATOR_REFUSED = {
@@ -87,17 +99,57 @@ OPERATOR_REFUSED = {
 BAD_QUERY = {400: refusal("A query parameter is unknown, repeated or out of range.")}
 
 
+def problem(status: int, code: str, detail: str, **details: Any) -> dict[str, Any]:
+    """An RFC 9457 problem details body: the standard members, then `code` and the details as extensions."""
+    return {
+        **details,
+        "type": "about:blank",
+        "title": HTTPStatus(status).phrase,
+        "status": status,
+        "detail": detail,
+        "code": code,
+    }
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """Every error of the REST APIs as problem details: a refusal as it is, a REST framework error (or
+    Django's 404 and 403, which REST framework answers too) with a code made from its own."""
     if isinstance(exc, Refusal):
         if isinstance(exc, AuditUnavailable):
             log.error("an API action was refused: its audit row could not be written (%s)", exc)
-        return Response({"code": exc.code, "detail": exc.message}, status=exc.status)
-    response = rest_framework_exception_handler(exc, context)
-    if response is None or not isinstance(exc, APIException) or not isinstance(exc.detail, ErrorDetail):
-        return response
-    detail = NOT_AUTHENTICATED if isinstance(exc, NotAuthenticated) else str(exc.detail)
-    response.data = {"code": f"FORGE_ERR_{exc.detail.code}".upper(), "detail": detail}
+        response = Response(problem(exc.status, exc.code, exc.message, **exc.details), status=exc.status)
+    else:
+        if isinstance(exc, Http404):
+            exc = NotFound(*exc.args)
+        elif isinstance(exc, DjangoPermissionDenied):
+            exc = PermissionDenied(*exc.args)
+        framework = rest_framework_exception_handler(exc, context)
+        if framework is None or not isinstance(exc, APIException):
+            return framework
+        response = framework
+        if isinstance(exc.detail, ErrorDetail):
+            detail = NOT_AUTHENTICATED if isinstance(exc, NotAuthenticated) else str(exc.detail)
+            code = f"FORGE_ERR_{exc.detail.code}".upper()
+            response.data = problem(response.status_code, code, detail)
+        else:  # a list or mapping of errors (none of ours raises one): kept whole beside a sentence
+            detail = "The request is not valid; errors names what to change."
+            response.data = problem(response.status_code, "FORGE_ERR_INVALID", detail, errors=response.data)
+    renderer = getattr(context.get("request"), "accepted_renderer", None)
+    if renderer is None or isinstance(renderer, JSONRenderer):
+        response.content_type = PROBLEM_JSON
     return response
+
+
+def problem_media_type(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
+    """drf-spectacular post-processing: every documented 4xx and 5xx answer is application/problem+json (the
+    schema generator names each renderer's media type; the exception handler sends this one)."""
+    for operations in result.get("paths", {}).values():
+        for operation in operations.values():
+            for status, response in operation.get("responses", {}).items():
+                content = response.get("content")
+                if str(status)[:1] in "45" and content:
+                    response["content"] = {PROBLEM_JSON: next(iter(content.values()))}
+    return result
 
 
 def query_parameters(request: Request, allowed: frozenset[str]) -> dict[str, str]:

@@ -179,6 +179,11 @@ SPECTACULAR_SETTINGS = {
         "ConfirmationStateEnum": "confirmations.models.ConfirmationState",
         "ContractStateEnum": "confirmations.models.ContractState",
     },
+    # Refusals are RFC 9457 problem details: the schema says application/problem+json for them.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "forge_core.rest.problem_media_type",
+    ],
 }
 
 # --- MCP ------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """The one error family: a service's refusal, as each edge shows it (DESIGN section 12).
 
 One behaviour per edge: an MCP tool's result, a JSON-RPC error where a refusal meets a method outside a
-tool call, and a console message.
+tool call, a REST body (RFC 9457 problem details, for a refusal and for the framework's own errors alike),
+and a console message.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import pytest
 from django.contrib.messages import constants, get_messages
 from django.test import Client
+from rest_framework.test import APIClient
 
 from access.grants import do_decide_access, raise_request
 from access.models import AccessRequest, Transport
@@ -24,6 +26,8 @@ from projects.models import Project
 from tests.mcp_api.helpers import registered
 
 pytestmark = pytest.mark.django_db
+
+PROBLEM_JSON = "application/problem+json"
 
 
 @pytest.fixture
@@ -82,6 +86,53 @@ def test_a_refusal_outside_a_tool_call_is_a_jsonrpc_internal_error_naming_its_co
     assert error["message"].startswith("FORGE_ERR_AUDIT_UNAVAILABLE: The audit log cannot be written")
     assert error["data"] == {"error": "FORGE_ERR_AUDIT_UNAVAILABLE"}
     assert "disk full" not in json.dumps(error)
+
+
+def test_a_refusal_on_the_rest_api_is_problem_details(cast, decided):
+    client = APIClient()
+    client.force_login(cast.operator.user)
+
+    response = client.post(f"/api/access-requests/{decided.pk}/allow")
+
+    assert response.status_code == 409
+    assert response["Content-Type"] == PROBLEM_JSON
+    assert response.json() == {
+        "type": "about:blank",
+        "title": "Conflict",
+        "status": 409,
+        "detail": "This request is denied already; nothing was changed.",
+        "code": "FORGE_ERR_ACCESS_ALREADY_DECIDED",
+    }
+
+
+def test_a_refusal_of_the_framework_on_the_rest_api_is_problem_details_too(cast):
+    client = APIClient()
+    client.force_login(cast.operator.user)
+
+    response = client.get("/api/access-requests", {"colour": "red"})
+
+    assert response.status_code == 400
+    assert response["Content-Type"] == PROBLEM_JSON
+    body = response.json()
+    assert (body["type"], body["title"], body["status"], body["code"]) == (
+        "about:blank",
+        "Bad Request",
+        400,
+        "FORGE_ERR_BAD_PARAMETER",
+    )
+    assert body["detail"].startswith("Unknown parameter 'colour'")
+
+
+def test_the_schema_documents_refusals_as_problem_details(cast):
+    client = APIClient()
+    client.force_login(cast.operator.user)
+
+    document = client.get("/api/schema/", {"format": "json"}).json()
+
+    refused = document["paths"]["/api/access-requests/{request_id}/allow"]["post"]["responses"]["409"]
+    assert list(refused["content"]) == [PROBLEM_JSON]
+    problem = document["components"]["schemas"]["ProblemDetails"]
+    assert set(problem["required"]) == {"type", "title", "status", "detail", "code"}
 
 
 def test_a_refusal_on_a_console_screen_is_an_error_message(cast, decided):
