@@ -8,33 +8,82 @@ moved here works unchanged (access/migrations/0001_initial.py).
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Any, ClassVar
+
 from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import models
 from django.utils import timezone
 
 
-class ClientToken(models.Model):
-    """A bearer token for one MCP client. Only the SHA-256 digest of the token is stored."""
+class BearerToken(models.Model):
+    """What a client token and an operator token share (`forge_core.tokens` mints them): the stored digest
+    and first characters, never the raw value, and revocation. Abstract: each kind keeps its own table, so a
+    value of one kind is never looked up among the other's."""
 
-    label = models.CharField(max_length=200, help_text="The client's attribution, shown in the audit log.")
-    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="client_tokens")
+    kind: ClassVar[str]  # "client" or "operator", as the audit log names it
+
+    label = models.CharField(max_length=200, help_text="What the token is for, shown in the audit log.")
     digest = models.CharField(max_length=64, unique=True, editable=False)
     prefix = models.CharField(max_length=16, editable=False, help_text="The first characters, to recognise it.")
     created_at = models.DateTimeField(default=timezone.now, editable=False)
-    expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
-    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
-        db_table = "mcp_api_clienttoken"
+        abstract = True
         ordering = ["-created_at"]
 
     def __str__(self) -> str:
         return f"{self.label} ({self.prefix}…)"
 
-    def is_usable(self, now=None) -> bool:
+    @property
+    def holder(self) -> AbstractBaseUser:
+        """The user the token acts for."""
+        raise NotImplementedError
+
+    def is_usable(self, now: datetime | None = None) -> bool:
+        return self.revoked_at is None
+
+    def mark_revoked(self) -> bool:
+        """Revoke it in the database now, unless it already is: False when it was (nothing changed). The
+        instance is left as it is, for the caller to refresh once its transaction has committed."""
+        manager = type(self)._default_manager
+        return bool(manager.filter(pk=self.pk, revoked_at__isnull=True).update(revoked_at=timezone.now()))
+
+    def audit_identity(self) -> dict[str, Any]:
+        """Which token an audit row is about, and nothing that would let anyone use it: its id, kind, label,
+        holder and first characters (as the console lists it). Not the digest: it is the lookup key of a
+        credential and the log has no use for it. Keys avoid the names the audit log redacts (`token`)."""
+        return {
+            "token_id": self.pk,
+            "kind": self.kind,
+            "label": self.label,
+            "owner": self.holder.get_username(),
+            "prefix": self.prefix,
+        }
+
+
+class ClientToken(BearerToken):
+    """A bearer token for one MCP client. Only the SHA-256 digest of the token is stored."""
+
+    kind = "client"
+
+    label = models.CharField(max_length=200, help_text="The client's attribution, shown in the audit log.")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="client_tokens")
+    expires_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta(BearerToken.Meta):
+        db_table = "mcp_api_clienttoken"
+
+    @property
+    def holder(self) -> AbstractBaseUser:
+        return self.owner
+
+    def is_usable(self, now: datetime | None = None) -> bool:
         now = now or timezone.now()
-        return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
+        return super().is_usable(now) and (self.expires_at is None or self.expires_at > now)
 
     @property
     def principal(self) -> str:

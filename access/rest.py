@@ -21,8 +21,8 @@ from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.request import Request
 
 from access.models import ClientToken
-from access.services import TOKEN_PREFIX, authenticate_bearer
-from forge_core.console import OPERATOR_TOKEN_PREFIX
+from access.services import authenticate_bearer
+from forge_core.tokens import CLIENT_TOKEN_PREFIX, OPERATOR_TOKEN_PREFIX
 
 REALM = "forge-mcp"
 
@@ -60,6 +60,6 @@ class ClientTokenScheme(OpenApiAuthenticationExtension):
 
     def get_security_definition(self, auto_schema) -> dict[str, str]:
         return {
-            **build_bearer_security_scheme_object("Authorization", "Bearer", bearer_format=f"{TOKEN_PREFIX}..."),
+            **build_bearer_security_scheme_object("Authorization", "Bearer", bearer_format=f"{CLIENT_TOKEN_PREFIX}..."),
             "description": "A client token from the Forge console or 'manage.py create_token'.",
         }

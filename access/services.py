@@ -7,10 +7,10 @@ Views, consumers, console actions and management commands call these; none of th
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import transaction
@@ -18,21 +18,25 @@ from django.utils import timezone
 
 from access import hotpath
 from access.grants import end_grants
-from access.models import BROADCAST_GROUP, ClientToken, McpSession, ServerState, Transport, session_group, token_group
+from access.models import (
+    BROADCAST_GROUP,
+    BearerToken,
+    ClientToken,
+    McpSession,
+    ServerState,
+    Transport,
+    session_group,
+    token_group,
+)
 from audit.models import EventKind
 from audit.services import record
 from confirmations.services import do_cancel_confirmations
 from forge_core.errors import AuditUnavailable
 from forge_core.live import notify_console, notify_streams
+from forge_core.tokens import CLIENT_TOKEN_PREFIX, mint_token, presented_digest
+from forge_core.tokens import token_digest as token_digest  # where the tests and benchmarks look it up
 
-TOKEN_PREFIX = "fmcp_"
 LAST_USED_RESOLUTION = timedelta(minutes=1)
-
-
-def token_digest(raw: str) -> str:
-    # Tokens carry 256 bits of randomness, so a plain SHA-256 is the right digest: a slow password hash
-    # would add nothing but latency to every call.
-    return hashlib.sha256(raw.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -43,44 +47,56 @@ class NewToken:
 
 def do_create_token(*, owner: User, label: str, expires_at: datetime | None = None, acting_user: str = "") -> NewToken:
     """Create a client token and return it with its raw value, which is shown once and never stored."""
-    raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    minted = mint_token(CLIENT_TOKEN_PREFIX)
     with transaction.atomic():
         token = ClientToken.objects.create(
-            label=label, owner=owner, digest=token_digest(raw), prefix=raw[:12], expires_at=expires_at
+            label=label, owner=owner, digest=minted.digest, prefix=minted.shown, expires_at=expires_at
         )
-        record(
+        record_token_event(
             EventKind.TOKEN_CREATED,
-            arguments={"label": label, "owner": owner.get_username(), "expires_at": str(expires_at or "")},
+            token,
             outcome="created",
             called_by=acting_user or owner.get_username(),
-            client_label=label,
+            expires_at=str(expires_at or ""),
         )
-    return NewToken(token=token, raw=raw)
+    return NewToken(token=token, raw=minted.raw)
 
 
 def do_revoke_token(token: ClientToken, *, acting_user: str) -> None:
     """Revoke a token at once: its next request is refused and its open streams are closed."""
     with transaction.atomic():
-        updated = ClientToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
-        if not updated:
+        if not token.mark_revoked():
             return
         end_grants(reason="token revoked", token=token)
-        record(
-            EventKind.TOKEN_REVOKED,
-            arguments={"token": token.prefix},
-            outcome="revoked",
-            called_by=acting_user,
-            client_label=token.label,
-        )
+        record_token_event(EventKind.TOKEN_REVOKED, token, outcome="revoked", called_by=acting_user)
         transaction.on_commit(lambda: notify_streams(token_group(token.pk), "mcp.revoked"))
     token.refresh_from_db(fields=["revoked_at"])
 
 
+def record_token_event(kind: EventKind, token: BearerToken, *, outcome: str, called_by: str, **details: Any) -> None:
+    """The audit row of a token's creation or revocation, client or operator token alike: the token as
+    `audit_identity` names it (never its raw value or digest) with `details` beside it, under its label."""
+    record(
+        kind,
+        arguments={**token.audit_identity(), **details},
+        outcome=outcome,
+        called_by=called_by,
+        client_label=token.label,
+    )
+
+
+def record_refused_token(path: str, *, outcome: str) -> None:
+    """The audit row of a refused bearer value; the refusal stands even when it cannot be written."""
+    with contextlib.suppress(AuditUnavailable):
+        record(EventKind.AUTH_REFUSED, arguments={"path": path}, outcome=outcome)
+
+
 def authenticate_token(raw: str | None) -> ClientToken | None:
     """The usable token for a raw bearer value, or None."""
-    if not raw or not raw.startswith(TOKEN_PREFIX) or len(raw) > 200:
+    digest = presented_digest(raw, CLIENT_TOKEN_PREFIX)
+    if digest is None:
         return None
-    token = hotpath.token_by_digest(token_digest(raw))
+    token = hotpath.token_by_digest(digest)
     now = timezone.now()
     if token is None or not token.is_usable(now) or not token.owner.is_active:
         return None
@@ -95,8 +111,7 @@ def authenticate_bearer(raw: str, path: str) -> ClientToken | None:
     """The usable token for a presented bearer value; a refused one is audited as an attempt."""
     token = authenticate_token(raw)
     if token is None:
-        with contextlib.suppress(AuditUnavailable):  # the refusal stands either way
-            record(EventKind.AUTH_REFUSED, arguments={"path": path}, outcome="bad_token")
+        record_refused_token(path, outcome="bad_token")
     return token
 
 

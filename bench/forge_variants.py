@@ -86,6 +86,7 @@ def install_fast_lookup() -> None:
 
     from access import services
     from access.models import ClientToken, McpSession
+    from forge_core.tokens import CLIENT_TOKEN_PREFIX, presented_digest
 
     user_model = get_user_model()
 
@@ -110,9 +111,8 @@ def install_fast_lookup() -> None:
     token_field = McpSession._meta.get_field("token")
 
     def authenticate_token(raw: str | None) -> Any:
-        if not raw or not raw.startswith(services.TOKEN_PREFIX) or len(raw) > 200:
-            return None
-        found = token_select.fetch([services.token_digest(raw)])
+        digest = presented_digest(raw, CLIENT_TOKEN_PREFIX)
+        found = None if digest is None else token_select.fetch([digest])
         if found is None:
             return None
         token, owner = found

@@ -4,25 +4,23 @@ An operator token stands for its operator: the API sees the operator as the requ
 decision made with it is audited under the operator's name, as one made in the console is. Only
 operators (`forge_core.console.is_operator`) get one, and a token whose user is no longer an operator
 authorizes nothing. The raw value starts with `fop_`, so it cannot be mistaken for a client token
-(`fmcp_`), which never authorizes the operator API; it is shown once and only its digest is kept.
+(`fmcp_`), which never authorizes the operator API; it is shown once and only its digest is kept. Minting,
+the digest and the prefix check are `forge_core.tokens`', the audit rows `access.services`', the same as
+for client tokens.
 """
 
 from __future__ import annotations
 
-import contextlib
-import secrets
 from dataclasses import dataclass
 
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.utils import timezone
 
-from access.services import token_digest
+from access.services import record_refused_token, record_token_event
 from audit.models import EventKind
-from audit.services import record
 from console.models import OperatorToken
-from forge_core.console import OPERATOR_TOKEN_PREFIX, is_operator
-from forge_core.errors import AuditUnavailable
+from forge_core.console import is_operator
+from forge_core.tokens import OPERATOR_TOKEN_PREFIX, mint_token, presented_digest
 
 
 class NotAnOperator(Exception):
@@ -42,43 +40,29 @@ def do_create_operator_token(user: User, label: str, *, acting_user: str = "") -
             f"{user.get_username()} is not a console operator; operator tokens act as an operator. "
             "Make them one first (manage.py create_operator)."
         )
-    raw = OPERATOR_TOKEN_PREFIX + secrets.token_urlsafe(32)
+    minted = mint_token(OPERATOR_TOKEN_PREFIX)
     with transaction.atomic():
-        token = OperatorToken.objects.create(label=label, user=user, digest=token_digest(raw), prefix=raw[:12])
-        record(
-            EventKind.TOKEN_CREATED,
-            arguments={"label": label, "operator": user.get_username(), "kind": "operator", "prefix": token.prefix},
-            outcome="created",
-            called_by=acting_user or user.get_username(),
-            client_label=label,
+        token = OperatorToken.objects.create(label=label, user=user, digest=minted.digest, prefix=minted.shown)
+        record_token_event(
+            EventKind.TOKEN_CREATED, token, outcome="created", called_by=acting_user or user.get_username()
         )
-    return NewOperatorToken(token=token, raw=raw)
+    return NewOperatorToken(token=token, raw=minted.raw)
 
 
 def do_revoke_operator_token(token: OperatorToken, *, acting_user: str) -> None:
     """Revoke an operator token at once: its next request is refused."""
     with transaction.atomic():
-        updated = OperatorToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
-        if not updated:
+        if not token.mark_revoked():
             return
-        record(
-            EventKind.TOKEN_REVOKED,
-            # "prefix", not "token": the audit log redacts values under a key named token.
-            arguments={"prefix": token.prefix, "kind": "operator"},
-            outcome="revoked",
-            called_by=acting_user,
-            client_label=token.label,
-        )
+        record_token_event(EventKind.TOKEN_REVOKED, token, outcome="revoked", called_by=acting_user)
     token.refresh_from_db(fields=["revoked_at"])
 
 
 def authenticate_operator_token(raw: str, path: str) -> OperatorToken | None:
     """The usable operator token for a presented `fop_` value, its user loaded; a refused one is audited."""
-    token = None
-    if raw.startswith(OPERATOR_TOKEN_PREFIX) and len(raw) <= 200:
-        token = OperatorToken.objects.select_related("user").filter(digest=token_digest(raw)).first()
-    if token is None or token.revoked_at is not None or not is_operator(token.user):
-        with contextlib.suppress(AuditUnavailable):  # the refusal stands either way
-            record(EventKind.AUTH_REFUSED, arguments={"path": path}, outcome="bad_operator_token")
+    digest = presented_digest(raw, OPERATOR_TOKEN_PREFIX)
+    token = None if digest is None else OperatorToken.objects.select_related("user").filter(digest=digest).first()
+    if token is None or not token.is_usable() or not is_operator(token.user):
+        record_refused_token(path, outcome="bad_operator_token")
         return None
     return token

@@ -22,7 +22,8 @@ from rest_framework.request import Request
 from access.rest import REALM, bearer_credential
 from console.models import OperatorToken
 from console.operator_tokens import authenticate_operator_token
-from forge_core.console import OPERATOR_TOKEN_PREFIX, OperatorAuthentication
+from forge_core.console import OperatorAuthentication
+from forge_core.tokens import OPERATOR_TOKEN_PREFIX
 
 
 class OperatorTokenAuthentication(OperatorAuthentication):

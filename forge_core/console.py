@@ -1,5 +1,5 @@
 """Shared pieces of the console (the extended Django admin) that every app's screens and APIs use: who is
-an operator, the base of an operator credential and its prefix, the read-only list, and how a refusal
+an operator, the base of an operator credential, the read-only list, and how a refusal
 reaches an operator on a console screen (`refused`)."""
 
 from __future__ import annotations
@@ -17,9 +17,6 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser, AnonymousUser, User
 
 OPERATORS_GROUP = "operators"
-# The start of every operator token's raw value (`console.operator_tokens`); client tokens start `fmcp_`.
-# Both REST authentications read it, each leaving the other's tokens alone, and neither may import the other.
-OPERATOR_TOKEN_PREFIX = "fop_"
 
 
 def is_operator(user: AbstractUser | AnonymousUser) -> bool:

@@ -12,7 +12,12 @@ from rest_framework.test import APIClient
 from access.services import token_digest
 from audit.models import AuditEvent, EventKind
 from console.models import OperatorToken
-from console.operator_tokens import NotAnOperator, do_create_operator_token, do_revoke_operator_token
+from console.operator_tokens import (
+    NotAnOperator,
+    authenticate_operator_token,
+    do_create_operator_token,
+    do_revoke_operator_token,
+)
 from tests.mcp_api.helpers import initialize_message, post
 
 pytestmark = pytest.mark.django_db
@@ -40,7 +45,13 @@ def test_an_operator_token_is_stored_as_its_digest_and_its_creation_audited(cast
     assert (created.called_by, created.client_label, created.arguments) == (
         "oscar",
         "nightly report",
-        {"label": "nightly report", "operator": "olivia", "kind": "operator", "prefix": new.raw[:12]},
+        {
+            "token_id": new.token.pk,
+            "kind": "operator",
+            "label": "nightly report",
+            "owner": "olivia",
+            "prefix": new.raw[:12],
+        },
     )
 
 
@@ -59,7 +70,26 @@ def test_revoking_an_operator_token_is_audited_once(cast):
 
     assert new.token.revoked_at is not None
     revoked = AuditEvent.objects.filter(kind=EventKind.TOKEN_REVOKED).get()
-    assert (revoked.called_by, revoked.arguments) == ("oscar", {"prefix": new.raw[:12], "kind": "operator"})
+    assert (revoked.called_by, revoked.client_label, revoked.arguments) == (
+        "oscar",
+        "old script",
+        {
+            "token_id": new.token.pk,
+            "kind": "operator",
+            "label": "old script",
+            "owner": "olivia",
+            "prefix": new.raw[:12],
+        },
+    )
+
+
+def test_a_client_token_never_authenticates_as_an_operator_token_even_with_its_digest_stored_there(cast):
+    # The prefix check comes before the lookup: a client value is not looked up among operator tokens at all.
+    client_raw = cast.operator.raw_token
+    OperatorToken.objects.create(label="planted", user=cast.operator.user, digest=token_digest(client_raw))
+
+    assert authenticate_operator_token(client_raw, "/api/mcp") is None
+    assert AuditEvent.objects.filter(kind=EventKind.AUTH_REFUSED, outcome="bad_operator_token").count() == 1
 
 
 @pytest.mark.anyio
