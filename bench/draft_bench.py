@@ -13,9 +13,9 @@ with ``call_command("migrate")``; the checkout's ``var/`` is never touched) and,
   Each call's wall and CPU time is kept and reported as p50/p99/max per window of the number of operations
   already staged (0-100, 100-500, 500-1000). ``--batch 10`` (default ``1,10``) repeats this on a second
   project of the same bytes with ten operations per call;
-* at 100, 500 and 1,000 staged operations, times a full materialization: ``drafts._cache`` cleared, then
+* at 100, 500 and 1,000 staged operations, times a full materialization: ``drafts.clear_cache()``, then
   ``drafts.current(project)`` (what another process that has the accepted file parsed pays on its first
-  read of the draft), and with ``services._cache`` cleared as well (after a restart: read, parse and
+  read of the draft), and with ``services.clear_cache()`` as well (after a restart: read, parse and
   validate the accepted file, then replay every operation). Each ``--repeat`` (5) times, the median kept;
 * at the same points, the parts of one stage call, each timed on its own: the file read and hash that every
   call makes (``current_document``), the deep copy of the draft document, ``operations.apply`` of one
@@ -212,16 +212,14 @@ class DraftRun:
 def clear_draft_cache() -> None:
     from projects import drafts
 
-    with drafts._cache_lock:
-        drafts._cache.clear()
+    drafts.clear_cache()
 
 
 def clear_all_caches() -> None:
     from projects import services
 
     clear_draft_cache()
-    with services._cache_lock:
-        services._cache.clear()
+    services.clear_cache()
 
 
 def materialization(run: DraftRun, repeat: int) -> dict[str, Any]:

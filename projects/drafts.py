@@ -16,8 +16,6 @@ a person's decision, carried out by the executor (`projects.capability`, method 
 from __future__ import annotations
 
 import copy
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +40,7 @@ from projects.models import (
     WorkingDraft,
 )
 from projects.plcopen import documents, elements
+from projects.recent import RecentValues
 from projects.services import Opened, current_document
 
 CACHE_SIZE = 8
@@ -72,23 +71,12 @@ class Materialized:
         return self.document is not self.accepted
 
 
-_cache: OrderedDict[tuple[int, str, int, str], Materialized] = OrderedDict()
-_cache_lock = threading.Lock()
+_cache: RecentValues[tuple[int, str, int, str], Materialized] = RecentValues(CACHE_SIZE)
 
 
-def _cached(key: tuple[int, str, int, str]) -> Materialized | None:
-    with _cache_lock:
-        found = _cache.get(key)
-        if found is not None:
-            _cache.move_to_end(key)
-        return found
-
-
-def _remember(key: tuple[int, str, int, str], materialized: Materialized) -> None:
-    with _cache_lock:
-        _cache[key] = materialized
-        while len(_cache) > CACHE_SIZE:
-            _cache.popitem(last=False)
+def clear_cache() -> None:
+    """Forget every materialized draft, as a restart does (tests and benchmarks)."""
+    _cache.clear()
 
 
 def _key(draft: WorkingDraft) -> tuple[int, str, int, str]:
@@ -143,11 +131,11 @@ def _live_operations(draft: WorkingDraft) -> list[StagedOperation]:
 def materialize(draft: WorkingDraft, accepted: documents.ProjectDocument) -> Materialized:
     """The draft's document: every live operation replayed in order on the accepted document; one that
     no longer applies is skipped and recorded as a conflict (cached per base and working revision)."""
-    found = _cached(_key(draft))
+    found = _cache.get(_key(draft))
     if found is not None:
         return found
     materialized = _replay(draft, accepted, _live_operations(draft))
-    _remember(_key(draft), materialized)
+    _cache.put(_key(draft), materialized)
     return materialized
 
 
@@ -320,8 +308,8 @@ def do_begin_group(
 
 def _carry_forward(draft: WorkingDraft, previous: Materialized) -> None:
     """A change that leaves the draft's document as it was: the new revision shares the previous one's."""
-    if _cached(_key(draft)) is None:
-        _remember(_key(draft), Materialized(draft, previous.accepted, previous.document, dict(previous.conflicts)))
+    if _cache.get(_key(draft)) is None:
+        _cache.put(_key(draft), Materialized(draft, previous.accepted, previous.document, dict(previous.conflicts)))
 
 
 @dataclass(frozen=True)
@@ -385,7 +373,9 @@ def do_stage(
         _event(
             draft, "stage", group=group, summary={"operations": len(ops), "changed_ids": list(rehearsal.changed_ids)}
         )
-    _remember(_key(draft), Materialized(draft, materialized.accepted, rehearsal.document, dict(materialized.conflicts)))
+    _cache.put(
+        _key(draft), Materialized(draft, materialized.accepted, rehearsal.document, dict(materialized.conflicts))
+    )
     return {
         "group_id": str(group.pk),
         "changed_ids": list(rehearsal.changed_ids),
@@ -429,7 +419,7 @@ def do_unstage(
         group.save(update_fields=["acknowledged_findings", "state", "updated_at"])
         _event(draft, "unstage", group=group, summary={"operations": count})
     # The replay snapshotted the draft row before the bump: cache it under the new revision's row.
-    _remember(_key(draft), Materialized(draft, replayed.accepted, replayed.document, dict(replayed.conflicts)))
+    _cache.put(_key(draft), Materialized(draft, replayed.accepted, replayed.document, dict(replayed.conflicts)))
     return {"group_id": str(group.pk), "withdrawn": count, "working_revision": draft.working_revision}
 
 

@@ -9,8 +9,6 @@ cached per process by fingerprint, so a read of an unchanged file does not parse
 from __future__ import annotations
 
 import re
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +19,7 @@ from audit.services import record
 from projects.files import inside_root, relative_to_root, write_atomically
 from projects.models import Project
 from projects.plcopen import documents, tc6
+from projects.recent import RecentValues
 
 CACHE_SIZE = 8
 
@@ -170,20 +169,18 @@ def export_bytes(project: Project) -> bytes:
     return documents.serialize(current_document(project).document)
 
 
-_cache: OrderedDict[str, documents.ProjectDocument] = OrderedDict()
-_cache_lock = threading.Lock()
+_cache: RecentValues[str, documents.ProjectDocument] = RecentValues(CACHE_SIZE)
+
+
+def clear_cache() -> None:
+    """Forget every parsed document, as a restart does (tests and benchmarks)."""
+    _cache.clear()
 
 
 def _cached(fingerprint: str, data: bytes) -> documents.ProjectDocument:
     """Parsed documents by content fingerprint; readers must not modify them (operations copy first)."""
-    with _cache_lock:
-        document = _cache.get(fingerprint)
-        if document is not None:
-            _cache.move_to_end(fingerprint)
-            return document
-    document = documents.load(data)
-    with _cache_lock:
-        _cache[fingerprint] = document
-        while len(_cache) > CACHE_SIZE:
-            _cache.popitem(last=False)
+    document = _cache.get(fingerprint)
+    if document is None:
+        document = documents.load(data)
+        _cache.put(fingerprint, document)
     return document

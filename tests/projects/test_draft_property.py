@@ -86,7 +86,7 @@ _examples = itertools.count()
 
 def fresh_project() -> Project:
     """Each example works on a project of its own: the test's database is not reset between examples."""
-    drafts._cache.clear()
+    drafts.clear_cache()
     return do_import_project(fixture_bytes(MAIN), slug=f"prop-{next(_examples)}", acting_user="tests")
 
 
@@ -164,7 +164,7 @@ def stage_and_accept(user, batches: list[list[dict[str, Any]]]) -> tuple[int, in
     draft_bytes = documents.serialize(drafts.current(project).document)
     assert draft_bytes == documents.serialize(replayed)
 
-    drafts._cache.clear()  # a restart
+    drafts.clear_cache()  # a restart
     assert documents.serialize(drafts.current(project).document) == draft_bytes
 
     original = project_path(project).read_bytes()

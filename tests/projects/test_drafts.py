@@ -142,7 +142,7 @@ def stored(project: Project) -> tuple[int, int, int]:
 
 def restart() -> None:
     """A new process: nothing of the draft is cached, everything comes back from the database and file."""
-    drafts._cache.clear()
+    drafts.clear_cache()
 
 
 @pytest.fixture
