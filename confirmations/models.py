@@ -40,7 +40,6 @@ CONFIRMATION_TRANSITIONS: dict[str, frozenset[str]] = {
     ),
     ConfirmationState.APPROVED: frozenset({ConfirmationState.EXECUTED, ConfirmationState.FAILED}),
 }
-DECIDED_STATES = frozenset(ConfirmationState) - {ConfirmationState.PENDING, ConfirmationState.APPROVED}
 
 
 class PendingConfirmation(models.Model):

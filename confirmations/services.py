@@ -429,10 +429,6 @@ def recover(*, actor: str = "recovery") -> list[Contract]:
     return moved
 
 
-def visible_to_session(session_id: str):
-    return PendingConfirmation.objects.filter(session_id=session_id)
-
-
 def outcome_of(confirmation: PendingConfirmation) -> dict[str, Any]:
     """What editor.confirm answers: the result once executed, the refusal once failed, or still pending."""
     base = {
