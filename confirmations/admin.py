@@ -13,7 +13,8 @@ happened. Reading either screen expires what is due first, so nothing past its t
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
@@ -53,6 +54,9 @@ from forge_core.errors import AuditUnavailable, Refusal
 log = logging.getLogger(__name__)
 
 NOT_AUDITED = "Nothing was done: the audit log could not be written (see the server log)."
+
+Done = TypeVar("Done", PendingConfirmation, Contract)
+Describe = Callable[[Done], tuple[int, str]]  # the message level and text that say how a decision went
 
 
 class MemorableIdSearch(admin.ModelAdmin):
@@ -142,30 +146,28 @@ class PendingConfirmationAdmin(MemorableIdSearch, ReadOnlyModelAdmin):
         if request.method != "POST":
             return HttpResponseRedirect(page)
         decision = request.POST.get("decision")
-        try:
+        if decision not in ("approve", "deny"):
+            self.message_user(request, "Choose approve or deny; nothing was decided.", messages.ERROR)
+            return HttpResponseRedirect(page)
+
+        def decide() -> PendingConfirmation:
             if decision == "approve":
-                decided = do_approve_confirmation(
-                    unquote(object_id), acting_user=signed_in(request.user), typed_id=request.POST.get("typed_id", "")
+                typed_id = request.POST.get("typed_id", "")
+                return do_approve_confirmation(
+                    unquote(object_id), acting_user=signed_in(request.user), typed_id=typed_id
                 )
-            elif decision == "deny":
-                decided = do_deny_confirmation(
-                    unquote(object_id), acting_user=signed_in(request.user), reason=request.POST.get("reason", "")
-                )
-            else:
-                self.message_user(request, "Choose approve or deny; nothing was decided.", messages.ERROR)
-                return HttpResponseRedirect(page)
-        except AuditUnavailable:
-            log.exception("deciding confirmation %s from the console: the audit row could not be written", object_id)
-            self.message_user(request, NOT_AUDITED, messages.ERROR)
-            return HttpResponseRedirect(page)
-        except Refusal as refusal:
-            refused(request, refusal)
-            if refusal.status == 404:
-                return HttpResponseRedirect(reverse("admin:confirmations_pendingconfirmation_changelist"))
-            return HttpResponseRedirect(page)
-        level, text = decision_message(decided)
-        self.message_user(request, text, level)
-        return HttpResponseRedirect(page)
+            reason = request.POST.get("reason", "")
+            return do_deny_confirmation(unquote(object_id), acting_user=signed_in(request.user), reason=reason)
+
+        return carried_out(
+            self,
+            request,
+            decide,
+            decision_message,
+            page=page,
+            listing=reverse("admin:confirmations_pendingconfirmation_changelist"),
+            doing=f"deciding confirmation {object_id}",
+        )
 
 
 @admin.register(Contract)
@@ -249,24 +251,48 @@ class ContractAdmin(MemorableIdSearch, ReadOnlyModelAdmin):
             lambda contract: resolution_message(contract, conclusion),
         )
 
-    def _act(self, request: HttpRequest, object_id: str, act, describe) -> HttpResponse:
+    def _act(
+        self, request: HttpRequest, object_id: str, act: Callable[[], Contract], describe: Describe[Contract]
+    ) -> HttpResponse:
         page = reverse("admin:confirmations_contract_change", args=[object_id])
         if request.method != "POST":
             return HttpResponseRedirect(page)
-        try:
-            contract = act()
-        except AuditUnavailable:
-            log.exception("acting on contract %s from the console: the audit row could not be written", object_id)
-            self.message_user(request, NOT_AUDITED, messages.ERROR)
-            return HttpResponseRedirect(page)
-        except Refusal as refusal:
-            refused(request, refusal)
-            if refusal.status == 404:
-                return HttpResponseRedirect(reverse("admin:confirmations_contract_changelist"))
-            return HttpResponseRedirect(page)
-        level, text = describe(contract)
-        self.message_user(request, text, level)
+        return carried_out(
+            self,
+            request,
+            act,
+            describe,
+            page=page,
+            listing=reverse("admin:confirmations_contract_changelist"),
+            doing=f"acting on contract {object_id}",
+        )
+
+
+def carried_out(
+    model_admin: admin.ModelAdmin,
+    request: HttpRequest,
+    act: Callable[[], Done],
+    describe: Describe[Done],
+    *,
+    page: str,
+    listing: str,
+    doing: str,
+) -> HttpResponse:
+    """Carry out a decision posted from a record's page and say how it went, back on that page: what
+    `describe` says of the record afterwards, the refusal's message (to the list when the record does not
+    exist), or that nothing was done when the audit row could not be written (the cause to the server log)."""
+    try:
+        done = act()
+    except AuditUnavailable:
+        log.exception("%s from the console: the audit row could not be written", doing)
+        model_admin.message_user(request, NOT_AUDITED, messages.ERROR)
         return HttpResponseRedirect(page)
+    except Refusal as refusal:
+        refused(request, refusal)
+        return HttpResponseRedirect(listing if refusal.status == 404 else page)
+    level, text = describe(done)
+    model_admin.message_user(request, text, level)
+    return HttpResponseRedirect(page)
 
 
 def _expire_due(request: HttpRequest) -> None:
