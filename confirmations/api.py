@@ -25,9 +25,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from pydantic import BaseModel, ConfigDict, Field
 from rest_framework import serializers
-from rest_framework.decorators import api_view, parser_classes, permission_classes, schema
 from rest_framework.exceptions import NotFound
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -54,13 +52,13 @@ from forge_core.rest import (
     BAD_QUERY,
     OPERATOR_REFUSED,
     PAGE_QUERY,
-    BadParameter,
-    OperatorSchema,
-    OperatorsOnly,
+    in_state,
+    operator_view,
     page_in_creation_order,
     parsed_body,
     query_parameters,
     refusal,
+    state_parameter,
 )
 
 log = logging.getLogger(__name__)
@@ -269,19 +267,10 @@ class Resolution(BaseModel):
 
 def _state_query(states: list[str], what: str) -> list[OpenApiParameter]:
     return [
-        OpenApiParameter("state", OpenApiTypes.STR, enum=states, description=f"Only {what} in this state."),
+        state_parameter(states, what),
         OpenApiParameter("after", OpenApiTypes.UUID, description=f"The id of the last of the {what} already read."),
         *PAGE_QUERY,
     ]
-
-
-def _in_state(params: dict[str, str], states: list[str]) -> dict[str, str]:
-    state = params.get("state")
-    if state is None:
-        return {}
-    if state not in states:
-        raise BadParameter(f"state must be one of {', '.join(states)}; got {state[:40]!r}.")
-    return {"state": state}
 
 
 @extend_schema(
@@ -292,12 +281,10 @@ def _in_state(params: dict[str, str], states: list[str]) -> dict[str, str]:
     parameters=_state_query(ConfirmationState.values, "confirmations"),
     responses={200: ConfirmationPage, **BAD_QUERY, **OPERATOR_REFUSED},
 )
-@api_view(["GET"])
-@permission_classes([OperatorsOnly])
-@schema(OperatorSchema())
+@operator_view("GET")
 def confirmations(request: Request) -> Response:
     params = query_parameters(request, LIST_PARAMETERS)
-    found = PendingConfirmation.objects.filter(**_in_state(params, ConfirmationState.values))
+    found = PendingConfirmation.objects.filter(**in_state(params, ConfirmationState.values))
     _expire_due()
     page, following = page_in_creation_order(
         request, found.select_related("principal", "decided_by"), params, what="a confirmation"
@@ -310,9 +297,7 @@ def confirmations(request: Request) -> Response:
     description="One confirmation with its question, arguments, preview and, once decided, its outcome.",
     responses={200: ConfirmationDetail, **OPERATOR_REFUSED, 404: refusal("There is no such confirmation.")},
 )
-@api_view(["GET"])
-@permission_classes([OperatorsOnly])
-@schema(OperatorSchema())
+@operator_view("GET")
 def confirmation(request: Request, confirmation_id: uuid.UUID) -> Response:
     query_parameters(request, frozenset())
     _expire_due()
@@ -331,10 +316,7 @@ def confirmation(request: Request, confirmation_id: uuid.UUID) -> Response:
         409: refusal("The confirmation was decided already or expired; nothing was changed."),
     },
 )
-@api_view(["POST"])
-@parser_classes([JSONParser])
-@permission_classes([OperatorsOnly])
-@schema(OperatorSchema())
+@operator_view("POST", json_body=True)
 def approve(request: Request, confirmation_id: uuid.UUID) -> Response:
     body = parsed_body(Approval, request.data, send='a JSON object {"typed_id": "word-word-word-word"}, or no body,')
     decided = do_approve_confirmation(confirmation_id, acting_user=signed_in(request.user), typed_id=body.typed_id)
@@ -351,10 +333,7 @@ def approve(request: Request, confirmation_id: uuid.UUID) -> Response:
         409: refusal("The confirmation was decided already or expired; nothing was changed."),
     },
 )
-@api_view(["POST"])
-@parser_classes([JSONParser])
-@permission_classes([OperatorsOnly])
-@schema(OperatorSchema())
+@operator_view("POST", json_body=True)
 def deny(request: Request, confirmation_id: uuid.UUID) -> Response:
     body = parsed_body(Denial, request.data, send='a JSON object {"reason": "..."}, or no body,')
     decided = do_deny_confirmation(confirmation_id, acting_user=signed_in(request.user), reason=body.reason)
@@ -369,12 +348,10 @@ def deny(request: Request, confirmation_id: uuid.UUID) -> Response:
     parameters=_state_query(ContractState.values, "contracts"),
     responses={200: ContractPage, **BAD_QUERY, **OPERATOR_REFUSED},
 )
-@api_view(["GET"])
-@permission_classes([OperatorsOnly])
-@schema(OperatorSchema())
+@operator_view("GET")
 def contracts(request: Request) -> Response:
     params = query_parameters(request, LIST_PARAMETERS)
-    found = Contract.objects.filter(**_in_state(params, ContractState.values))
+    found = Contract.objects.filter(**in_state(params, ContractState.values))
     page, following = page_in_creation_order(request, found, params, what="a contract")
     return Response({"contracts": ContractRow(page, many=True).data, "next": following})
 
@@ -393,9 +370,7 @@ CONTRACT_UNREADABLE = {
     "to the fingerprints it recorded (the evidence for a conclusion).",
     responses={200: ContractDetail, **OPERATOR_REFUSED, **CONTRACT_UNREADABLE},
 )
-@api_view(["GET"])
-@permission_classes([OperatorsOnly])
-@schema(OperatorSchema())
+@operator_view("GET")
 def contract(request: Request, contract_id: uuid.UUID) -> Response:
     query_parameters(request, frozenset())
     try:
@@ -427,10 +402,7 @@ def contract(request: Request, contract_id: uuid.UUID) -> Response:
         ),
     },
 )
-@api_view(["POST"])
-@parser_classes([JSONParser])
-@permission_classes([OperatorsOnly])
-@schema(OperatorSchema())
+@operator_view("POST", json_body=True)
 def rollback(request: Request, contract_id: uuid.UUID) -> Response:
     body = parsed_body(Rollback, request.data, send='a JSON object {"typed_id": "word-word-word-word"}')
     done = do_rollback_contract(contract_id, acting_user=signed_in(request.user), typed_id=body.typed_id)
@@ -449,10 +421,7 @@ def rollback(request: Request, contract_id: uuid.UUID) -> Response:
         409: refusal("The contract is not in RECONCILIATION, or its record does not authenticate."),
     },
 )
-@api_view(["POST"])
-@parser_classes([JSONParser])
-@permission_classes([OperatorsOnly])
-@schema(OperatorSchema())
+@operator_view("POST", json_body=True)
 def resolve(request: Request, contract_id: uuid.UUID) -> Response:
     body = parsed_body(
         Resolution,

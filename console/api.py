@@ -22,8 +22,6 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from pydantic import BaseModel, ConfigDict, Field
 from rest_framework import serializers
-from rest_framework.decorators import api_view, parser_classes, permission_classes, schema
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -35,15 +33,15 @@ from forge_core.rest import (
     BAD_QUERY,
     OPERATOR_REFUSED,
     PAGE_QUERY,
-    BadParameter,
-    OperatorSchema,
-    OperatorsOnly,
+    in_state,
     next_page_url,
+    operator_view,
     page_in_creation_order,
     page_size,
     parsed_body,
     query_parameters,
     refusal,
+    state_parameter,
     whole_number,
 )
 
@@ -138,9 +136,7 @@ class SwitchOrder(BaseModel):
     ],
     responses={200: SessionPage, **BAD_QUERY, **OPERATOR_REFUSED},
 )
-@api_view(["GET"])
-@permission_classes([OperatorsOnly])
-@schema(OperatorSchema())
+@operator_view("GET")
 def sessions(request: Request) -> Response:
     params = query_parameters(request, PAGE_PARAMETERS)
     found = McpSession.objects.filter(ended_at__isnull=True).select_related("token__owner")
@@ -153,27 +149,18 @@ def sessions(request: Request) -> Response:
     description="Access requests in the order they were raised, optionally in one state; `next` is the URL "
     "of the following page, or null.",
     parameters=[
-        OpenApiParameter(
-            "state", OpenApiTypes.STR, enum=AccessState.values, description="Only requests in this state."
-        ),
+        state_parameter(AccessState.values, "requests"),
         OpenApiParameter("after", OpenApiTypes.INT, description="The id of the last request already read."),
         *PAGE_QUERY,
     ],
     responses={200: AccessRequestPage, **BAD_QUERY, **OPERATOR_REFUSED},
 )
-@api_view(["GET"])
-@permission_classes([OperatorsOnly])
-@schema(OperatorSchema())
+@operator_view("GET")
 def access_requests(request: Request) -> Response:
     params = query_parameters(request, PAGE_PARAMETERS | {"state"})
     limit = page_size(params)
     after = whole_number(params, "after", "the id of the last request already read", minimum=0, default=0)
-    found = AccessRequest.objects.filter(pk__gt=after)
-    state = params.get("state")
-    if state is not None:
-        if state not in AccessState.values:
-            raise BadParameter(f"state must be one of {', '.join(AccessState.values)}; got {state[:40]!r}.")
-        found = found.filter(state=state)
+    found = AccessRequest.objects.filter(pk__gt=after, **in_state(params, AccessState.values))
     page = list(found.select_related("token__owner", "project").order_by("pk")[: limit + 1])
     following = None
     if len(page) > limit:
@@ -190,9 +177,7 @@ def _decision_view(
     @extend_schema(
         summary=summary, description=description, request=None, responses={200: AccessRequestRow, **DECISION_REFUSED}
     )
-    @api_view(["POST"])
-    @permission_classes([OperatorsOnly])
-    @schema(OperatorSchema())
+    @operator_view("POST")
     def decision(request: Request, request_id: int) -> Response:
         return Response(AccessRequestRow(decide(request_id, request.user)).data)
 
@@ -236,10 +221,7 @@ revoke = _decision_view(
         503: refusal("The audit log cannot be written, so nothing was done."),
     },
 )
-@api_view(["GET", "PUT"])
-@parser_classes([JSONParser])
-@permission_classes([OperatorsOnly])
-@schema(OperatorSchema())
+@operator_view("GET", "PUT", json_body=True)
 def mcp_switch(request: Request) -> Response:
     query_parameters(request, frozenset())
     if request.method == "GET":

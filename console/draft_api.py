@@ -23,8 +23,6 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from pydantic import BaseModel, ConfigDict, Field
 from rest_framework import serializers
-from rest_framework.decorators import api_view, parser_classes, permission_classes, schema
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -43,9 +41,8 @@ from forge_core.rest import (
     BAD_QUERY,
     OPERATOR_REFUSED,
     PAGE_QUERY,
-    OperatorSchema,
-    OperatorsOnly,
     next_page_url,
+    operator_view,
     page_size,
     parsed_body,
     query_parameters,
@@ -180,9 +177,7 @@ class Reviewed(BaseModel):
     ],
     responses={200: DraftPage, **BAD_QUERY, **OPERATOR_REFUSED},
 )
-@api_view(["GET"])
-@permission_classes([OperatorsOnly])
-@schema(OperatorSchema())
+@operator_view("GET")
 def drafts(request: Request) -> Response:
     params = query_parameters(request, frozenset({"after", "limit"}))
     limit = page_size(params)
@@ -207,9 +202,7 @@ def drafts(request: Request) -> Response:
         409: refusal("The project's file cannot be read now (FORGE_ERR_PROJECT_UNAVAILABLE)."),
     },
 )
-@api_view(["GET"])
-@permission_classes([OperatorsOnly])
-@schema(OperatorSchema())
+@operator_view("GET")
 def draft(request: Request, slug: str) -> Response:
     query_parameters(request, frozenset())
     project = reviewable(request.user, slug)
@@ -237,10 +230,7 @@ def draft(request: Request, slug: str) -> Response:
         ),
     },
 )
-@api_view(["POST"])
-@parser_classes([JSONParser])
-@permission_classes([OperatorsOnly])
-@schema(OperatorSchema())
+@operator_view("POST", json_body=True)
 def accept(request: Request, slug: str) -> Response:
     return _decide(request, slug, do_accept_draft, DraftAccepted)
 
@@ -260,10 +250,7 @@ def accept(request: Request, slug: str) -> Response:
         ),
     },
 )
-@api_view(["POST"])
-@parser_classes([JSONParser])
-@permission_classes([OperatorsOnly])
-@schema(OperatorSchema())
+@operator_view("POST", json_body=True)
 def discard(request: Request, slug: str) -> Response:
     return _decide(request, slug, do_discard_draft, DraftDiscarded)
 

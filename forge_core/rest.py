@@ -19,13 +19,15 @@ Operators: the operator APIs (the console's, confirmations') let in a console lo
 refuse every other credential, above all a client token, which stands for an MCP client that must never
 decide for itself. The token classes live in access (client tokens) and console (operator tokens) and are
 named in settings; an operator token's class derives from `forge_core.console.OperatorAuthentication`, so
-apps that must not import the console can still tell the two apart.
+apps that must not import the console can still tell the two apart. Every operator API view is declared
+with `operator_view`, which puts that rule, its OpenAPI description and the JSON body parser on it.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any, TypeVar
 
@@ -39,7 +41,9 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
 from rest_framework import serializers
+from rest_framework.decorators import api_view, parser_classes, permission_classes, schema
 from rest_framework.exceptions import APIException, ErrorDetail, NotAuthenticated, NotFound, PermissionDenied
+from rest_framework.parsers import JSONParser
 from rest_framework.permissions import BasePermission
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
@@ -184,6 +188,21 @@ def whole_number(
     return int(text)
 
 
+def state_parameter(states: list[str], what: str) -> OpenApiParameter:
+    """The documented `state` filter of a list of `what` (read with `in_state`)."""
+    return OpenApiParameter("state", OpenApiTypes.STR, enum=states, description=f"Only {what} in this state.")
+
+
+def in_state(params: dict[str, str], states: list[str]) -> dict[str, str]:
+    """The filter the `state` parameter asks for (none when it is not given); a 400 for a state not in `states`."""
+    state = params.get("state")
+    if state is None:
+        return {}
+    if state not in states:
+        raise BadParameter(f"state must be one of {', '.join(states)}; got {state[:40]!r}.")
+    return {"state": state}
+
+
 def next_page_url(request: Request, cursor: str, last: str) -> str:
     """The URL of the page after the one that ended with `last`: the same query, with `cursor` moved on."""
     query = request.query_params.copy()
@@ -248,3 +267,16 @@ class OperatorSchema(AutoSchema):
 
     def get_auth(self) -> list[dict[str, list[str]]]:
         return [requirement for requirement in super().get_auth() if "clientToken" not in requirement]
+
+
+def operator_view(*methods: str, json_body: bool = False) -> Callable[[Callable[..., Response]], Any]:
+    """A view of the operator API answering `methods`: operators only (`OperatorsOnly`), documented with the
+    credentials it accepts (`OperatorSchema`), and, with `json_body`, reading only a JSON body (another media
+    type is a 415)."""
+
+    def view(function: Callable[..., Response]) -> Any:
+        if json_body:
+            function = parser_classes([JSONParser])(function)
+        return api_view(list(methods))(permission_classes([OperatorsOnly])(schema(OperatorSchema())(function)))
+
+    return view
