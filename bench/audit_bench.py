@@ -10,7 +10,7 @@ JSON line that this runner collects into a table:
   ``record`` call as its caller waits for it. On SQLite (a file in the temporary directory, WAL) and on
   PostgreSQL: a scratch database created on the server of ``--postgres`` and dropped afterwards, so the
   bench neither migrates nor fills the shared database (``--postgres ''`` skips it).
-* ``call``: ``mcp_api.exchange.handle_streamable_post`` for a ``tools/call server_info`` on an open
+* ``call``: ``mcp_api.transports.streamable.handle_post`` for a ``tools/call server_info`` on an open
   session, in-process and sequential, wall and CPU time (p50/p99) per call, with the real audit and
   with ``audit.services.record`` replaced (in every module that imported it) by a no-op returning an
   unsaved ``AuditEvent``; blocks of the two alternate so drift hits both. The difference of the p50s is
@@ -183,7 +183,7 @@ def child_call(args: argparse.Namespace) -> dict[str, Any]:
     from forge_microbench import prepare_tools_call
 
     from audit.models import AuditEvent
-    from mcp_api.exchange import handle_streamable_post
+    from mcp_api.transports.streamable import handle_post
 
     def record_nothing(kind: str, *, tool: str = "", outcome: str = "", **_fields: Any) -> AuditEvent:
         return AuditEvent(ts=timezone.now(), kind=str(kind), tool=tool, outcome=outcome)
@@ -191,7 +191,7 @@ def child_call(args: argparse.Namespace) -> dict[str, Any]:
     exchange = prepare_tools_call().exchange
 
     def call() -> None:
-        reply = handle_streamable_post(exchange)
+        reply = handle_post(exchange)
         if reply.status != 200 or reply.body["result"]["isError"]:
             raise SystemExit(f"tools/call failed: {reply.status} {reply.body}")
 

@@ -6,7 +6,7 @@ using the server's own functions.  It changes nothing in the server; the "what i
 time alternative queries against the same database, to size possible optimisations:
 
 * the steps of the hot path: token lookup, session lookup, pydantic, the audit row inside its
-  transaction, JSON-RPC decode/encode, and the whole ``exchange.handle_streamable_post``;
+  transaction, JSON-RPC decode/encode, and the whole ``transports.streamable.handle_post``;
 * the thread hop: ``database_sync_to_async`` of a no-op and of the whole exchange, from an event loop;
 * alternatives: the token and the session in one joined query, the same lookup as raw SQL, and
   several audit rows in one transaction (group commit).
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from access.models import ClientToken, McpSession
-    from mcp_api.exchange import Exchange
+    from mcp_api.transports.core import Exchange
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -101,8 +101,8 @@ def prepare_tools_call() -> ToolsCall:
 
     from access import services
     from access.models import McpSession, Transport
-    from mcp_api import exchange as ex
     from mcp_api.tools import ensure_loaded
+    from mcp_api.transports.core import Exchange
 
     ensure_loaded()
     owner = get_user_model().objects.create_user(username="bench")
@@ -120,7 +120,7 @@ def prepare_tools_call() -> ToolsCall:
         "mcp-protocol-version": "2025-11-25",
         "mcp-session-id": session.id,
     }
-    exchange = ex.Exchange(method="POST", path="/mcp", headers=headers, raw_headers=list(headers.items()), body=body)
+    exchange = Exchange(method="POST", path="/mcp", headers=headers, raw_headers=list(headers.items()), body=body)
     return ToolsCall(raw=raw, token=token, session=session, body=body, exchange=exchange)
 
 
@@ -132,17 +132,18 @@ def run(n: int) -> None:
     from access.models import McpSession, Transport
     from audit.models import EventKind
     from audit.services import record
-    from mcp_api import exchange as ex
     from mcp_api import jsonrpc
     from mcp_api.protocol import CallContext
     from mcp_api.registry import REGISTRY
+    from mcp_api.transports.answers import answer as answer_request
+    from mcp_api.transports.streamable import handle_post
 
     call = prepare_tools_call()
     raw, token, session, body, exchange = call.raw, call.token, call.session, call.body, call.exchange
     digest = services.token_digest(raw)
     tool = REGISTRY["server_info"]
     ctx = CallContext(token=token, revision="2025-11-25", transport=Transport.STREAMABLE_HTTP, session=session)
-    answer = ex.handle_streamable_post(exchange).body
+    answer = handle_post(exchange).body
     assert answer and "result" in answer and not answer["result"]["isError"], answer
 
     def audit_in_transaction() -> None:
@@ -192,7 +193,7 @@ def run(n: int) -> None:
             return cursor.fetchone()
 
     def tool_call_no_auth() -> object:
-        return ex._answer(exchange, ctx, jsonrpc.decode(body))
+        return answer_request(exchange, ctx, jsonrpc.decode(body))
 
     rows: list[tuple[str, float]] = [
         ("token lookup: services.authenticate_token", per_op_us(lambda: services.authenticate_token(raw), n)),
@@ -203,11 +204,11 @@ def run(n: int) -> None:
         ("transaction: BEGIN IMMEDIATE + SELECT 1 + COMMIT", per_op_us(empty_transaction, n)),
         ("audit row + its transaction (1 row, 1 commit)", per_op_us(audit_in_transaction, n)),
         ("tools/call answer without auth/session (respond)", per_op_us(tool_call_no_auth, n)),
-        ("whole exchange.handle_streamable_post (sync)", per_op_us(lambda: ex.handle_streamable_post(exchange), n)),
+        ("whole transports.streamable.handle_post (sync)", per_op_us(lambda: handle_post(exchange), n)),
         ("hop: database_sync_to_async(no-op)", per_op_us_async(lambda: database_sync_to_async(lambda: None)(), n)),
         (
             "hop + whole exchange (as the consumer does)",
-            per_op_us_async(lambda: database_sync_to_async(ex.handle_streamable_post)(exchange), n),
+            per_op_us_async(lambda: database_sync_to_async(handle_post)(exchange), n),
         ),
         ("what if: token+session+owner in one ORM query", per_op_us(joined_lookup, n)),
         ("what if: token lookup as raw SQL", per_op_us(raw_sql_lookup, n)),

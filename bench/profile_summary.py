@@ -34,7 +34,7 @@ SEMANTIC = [
     ("django/db/transaction.py", "", "transaction BEGIN/COMMIT"),
     ("access/services.py", "authenticate_token", "token lookup (ORM SELECT)"),
     ("access/services.py", "find_session", "session lookup (ORM SELECT)"),
-    ("mcp_api/exchange.py", "_notification", "initialized notification (UPDATE)"),
+    ("mcp_api/transports/sessions.py", "client_notification", "initialized notification (UPDATE)"),
     ("django/db/__init__.py", "close_old_connections", "thread hop: close_old_connections"),
     ("mcp_api/tools/__init__.py", "", "pydantic: arguments parse/dump"),
     ("pydantic", "", "pydantic: arguments parse/dump"),
@@ -63,7 +63,7 @@ GENERIC = [
     ("channels/", "", "channels routing + consumer base"),
     ("django/urls/", "", "channels routing + consumer base"),
     ("mcp_api/consumers.py", "", "consumer (body, headers, reply)"),
-    ("mcp_api/exchange.py", "", "MCP logic (exchange, protocol)"),
+    ("mcp_api/transports/", "", "MCP logic (exchange, protocol)"),
     ("mcp_api/protocol.py", "", "MCP logic (exchange, protocol)"),
     ("mcp_api/", "", "MCP logic (exchange, protocol)"),
     ("asyncio/", "", "asyncio loop"),
@@ -72,7 +72,14 @@ GENERIC = [
 
 
 WORKER_ONLY = ("django/db/", "audit/", "access/services.py", "mcp_api/protocol.py", "mcp_api/tools/", "pydantic")
-LOOP_ONLY = ("twisted/", "daphne/", "email/", "channels/routing.py", "mcp_api/consumers.py", "asyncio/")
+LOOP_ONLY = (
+    "twisted/",
+    "daphne/",
+    "email/",
+    "channels/routing.py",
+    "mcp_api/consumers.py",
+    "asyncio/",
+)
 
 
 def parse(path: Path) -> list[tuple[list[tuple[str, str]], int]]:

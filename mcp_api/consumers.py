@@ -1,8 +1,8 @@
 """The MCP transports as Channels consumers: Streamable HTTP at /mcp, legacy HTTP+SSE at /sse + /messages/.
 
 One consumer instance per HTTP request. A plain exchange (most POSTs) reads the body within the size
-limit, makes exactly one database hop through `exchange.handle_*` and writes the reply; it never
-touches the channel layer. A stream (GET /mcp, GET /sse, `subscriptions/listen`, and the legacy
+limit, makes exactly one database hop through a transport's entry point (`mcp_api.transports`) and writes
+the reply; it never touches the channel layer. A stream (GET /mcp, GET /sse, `subscriptions/listen`, and the legacy
 transport's answers) joins channel-layer groups, so a message sent by any process reaches it: events
 arrive as `mcp.message`, `mcp.tools_changed`, `mcp.revoked`, `mcp.session_ended` and land in the
 methods of the same names. Streams send keep-alive comments, re-check their token now and then, and
@@ -32,9 +32,10 @@ from confirmations.services import confirmation_group
 from forge_core.errors import AuditUnavailable
 from forge_core.live import SSE_HEADERS
 from forge_core.origin import refusal_reason
-from mcp_api import exchange as ex
 from mcp_api.jsonrpc import INVALID_REQUEST, RpcError, encode
 from mcp_api.revisions import SUBSCRIPTION_ID_META_KEY
+from mcp_api.transports import answers, legacy_sse, streamable, upkeep
+from mcp_api.transports.core import Exchange, Reply, StreamPlan
 
 logger = logging.getLogger("forge.mcp")
 
@@ -68,26 +69,26 @@ def _audit_origin_refusal(path: str, reason: str) -> None:
 class McpHttpConsumer(AsyncConsumer):
     """Base of the MCP endpoints: request/response by default, a channel-layer stream when asked."""
 
-    handlers: dict[str, Callable[[ex.Exchange], ex.Reply]] = {}
+    handlers: dict[str, Callable[[Exchange], Reply]] = {}
 
     async def __call__(self, scope, receive, send) -> None:
         self.scope = scope
         self.base_send = send
         self.channel_layer: Any = None  # channels' layer (channels has no annotations) once a stream opens
-        self.plan: ex.StreamPlan | None = None
+        self.plan: StreamPlan | None = None
         self.event_seq = 0
         self.keepalive: asyncio.Task | None = None
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         reason = refusal_reason(headers)
         if reason is not None:
             await _audit_origin_refusal(scope.get("path", ""), reason)
-            await self.send_reply(ex.Reply.rpc_error(RpcError(INVALID_REQUEST, f"Forbidden: {reason}"), status=403))
+            await self.send_reply(Reply.rpc_error(RpcError(INVALID_REQUEST, f"Forbidden: {reason}"), status=403))
             return
         self.receive = receive
         body = await self.read_body(receive, headers)
         if body is None:
             return
-        await self.handle(ex.Exchange.from_scope(scope, body))
+        await self.handle(Exchange.from_scope(scope, body))
         if self.plan is None:
             return
         try:
@@ -127,14 +128,14 @@ class McpHttpConsumer(AsyncConsumer):
 
     async def refuse_oversize(self, limit: int) -> None:
         exc = RpcError(INVALID_REQUEST, f"The request body is larger than {limit} bytes; send a smaller message.")
-        await self.send_reply(ex.Reply.rpc_error(exc, status=413))
+        await self.send_reply(Reply.rpc_error(exc, status=413))
 
-    async def handle(self, exchange: ex.Exchange) -> None:
+    async def handle(self, exchange: Exchange) -> None:
         handler = self.handlers.get(exchange.method)
         if handler is None:
             allowed = ", ".join(sorted(self.handlers))
             exc = RpcError(INVALID_REQUEST, f"Method {exchange.method} is not allowed here; use {allowed}.")
-            reply = ex.Reply.rpc_error(exc, status=405)
+            reply = Reply.rpc_error(exc, status=405)
             reply.headers["Allow"] = allowed
             await self.send_reply(reply)
             return
@@ -150,7 +151,7 @@ class McpHttpConsumer(AsyncConsumer):
         else:
             await self.send_reply(reply)
 
-    async def wait_for_decision(self, reply: ex.Reply) -> None:
+    async def wait_for_decision(self, reply: Reply) -> None:
         """Answer a write call on an SSE stream once an operator decides, with progress until then.
 
         The decision arrives through the confirmation's channel-layer group, from whichever process
@@ -171,7 +172,7 @@ class McpHttpConsumer(AsyncConsumer):
         progress = 0
         decided: asyncio.Future | None = None
         try:
-            final = await database_sync_to_async(ex.handle_decided)(wait)
+            final = await database_sync_to_async(answers.decided)(wait)
             while final is None:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
@@ -189,7 +190,7 @@ class McpHttpConsumer(AsyncConsumer):
                     outcome = decided.result().get("outcome")
                     decided = None
                     if outcome is not None:
-                        final = ex.decided_answer(wait, outcome)
+                        final = answers.decided_answer(wait, outcome)
                     continue
                 progress += 1
                 notification = progress_notification(wait.progress_token, progress)
@@ -209,7 +210,7 @@ class McpHttpConsumer(AsyncConsumer):
     async def send_body(self, body: bytes, *, more: bool) -> None:
         await self.send({"type": "http.response.body", "body": body, "more_body": more})
 
-    async def send_reply(self, reply: ex.Reply) -> None:
+    async def send_reply(self, reply: Reply) -> None:
         headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers.items()]
         if reply.body is None:
             await self.send({"type": "http.response.start", "status": reply.status, "headers": headers})
@@ -229,7 +230,7 @@ class McpHttpConsumer(AsyncConsumer):
 
     # --- streams ----------------------------------------------------------------------------------
 
-    async def open_stream(self, reply: ex.Reply) -> None:
+    async def open_stream(self, reply: Reply) -> None:
         plan = reply.stream
         assert plan is not None
         self.plan = plan
@@ -276,7 +277,9 @@ class McpHttpConsumer(AsyncConsumer):
                 expired = plan.token_expires_at is not None and plan.token_expires_at <= timezone.now()
                 if not expired and since_check >= recheck:
                     since_check = 0.0
-                    expired = not await database_sync_to_async(ex.handle_stream_check)(plan.token_id, plan.session_id)
+                    expired = not await database_sync_to_async(upkeep.stream_may_stay_open)(
+                        plan.token_id, plan.session_id
+                    )
                     for group in plan.groups:  # refresh group membership before the layer expires it
                         await self.channel_layer.group_add(group, self.channel_name)
                 if expired:
@@ -317,7 +320,7 @@ class McpHttpConsumer(AsyncConsumer):
             with contextlib.suppress(Exception):
                 await self.channel_layer.group_discard(group, self.channel_name)
         if plan.end_session_on_close and plan.session_id:
-            await database_sync_to_async(ex.handle_stream_closed)(plan.session_id)
+            await database_sync_to_async(upkeep.end_session_of_stream)(plan.session_id)
 
     # --- events from the channel layer and the client ----------------------------------------------
 
@@ -354,20 +357,16 @@ class McpHttpConsumer(AsyncConsumer):
 class StreamableHttpConsumer(McpHttpConsumer):
     """`/mcp`: POST messages, GET a stream for server messages, DELETE to end the session."""
 
-    handlers = {
-        "POST": ex.handle_streamable_post,
-        "GET": ex.handle_streamable_get,
-        "DELETE": ex.handle_streamable_delete,
-    }
+    handlers = {"POST": streamable.handle_post, "GET": streamable.handle_get, "DELETE": streamable.handle_delete}
 
 
 class LegacySseConsumer(McpHttpConsumer):
     """`/sse` (2024-11-05): the stream; its first event names the endpoint to POST messages to."""
 
-    handlers = {"GET": ex.handle_sse_open}
+    handlers = {"GET": legacy_sse.handle_open}
 
 
 class LegacyMessagesConsumer(McpHttpConsumer):
     """`/messages/?session_id=`: accepts a message (202); its answer travels on the session's stream."""
 
-    handlers = {"POST": ex.handle_sse_message}
+    handlers = {"POST": legacy_sse.handle_message}

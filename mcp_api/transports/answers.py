@@ -1,0 +1,67 @@
+"""How the answer to a request on POST /mcp goes out, with or without a session: as JSON, or as an event
+stream when the request asks for progress or its client accepts nothing else; and a write call that
+created a pending confirmation waits on that stream for the operator's decision (a `WaitPlan`), whose
+final answer is built here too."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+from confirmations.models import ConfirmationState, PendingConfirmation
+from confirmations.services import expire_due, outcome_of
+from mcp_api import jsonrpc
+from mcp_api.protocol import CallContext, respond, shape_result, tool_result
+from mcp_api.tools.common import outcome_result
+from mcp_api.transports.core import ERROR_STATUS, EVENT_STREAM, JSON, Exchange, Reply, WaitPlan
+
+
+def answer(exchange: Exchange, ctx: CallContext, message: dict[str, Any]) -> Reply:
+    """Answer one request; on the stateless revision an error answer carries its HTTP status too."""
+    answered = respond(ctx, message)
+    status = 200
+    if ctx.stateless and "error" in answered:
+        status = ERROR_STATUS.get(answered["error"]["code"], 200)
+    sse = status == 200 and _wants_stream(exchange, message)
+    wait = None
+    token = _progress_token(message)
+    if ctx.awaiting and sse and token is not None and settings.FORGE_CONFIRM_WAIT_S > 0:
+        wait = WaitPlan(
+            confirmation_id=ctx.awaiting,
+            request_id=message["id"],
+            progress_token=token,
+            revision=ctx.revision,
+            seconds=settings.FORGE_CONFIRM_WAIT_S,
+            interval=settings.FORGE_CONFIRM_PROGRESS_SECONDS,
+        )
+    return Reply(status=status, body=answered, sse=sse, wait=wait)
+
+
+def _progress_token(message: dict[str, Any]) -> Any:
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return meta.get("progressToken") if isinstance(meta, dict) else None
+
+
+def _wants_stream(exchange: Exchange, message: dict[str, Any]) -> bool:
+    """Answer as an SSE stream when the client asks for progress, or accepts nothing else."""
+    if not exchange.accepts(EVENT_STREAM):
+        return False
+    return _progress_token(message) is not None or not exchange.accepts(JSON)
+
+
+def decided(wait: WaitPlan) -> dict[str, Any] | None:
+    """The final answer of a waiting write call if its confirmation is decided by now, else None."""
+    expire_due()
+    confirmation = PendingConfirmation.objects.filter(pk=wait.confirmation_id).first()
+    if confirmation is None or confirmation.state in (ConfirmationState.PENDING, ConfirmationState.APPROVED):
+        return None
+    return decided_answer(wait, outcome_of(confirmation))
+
+
+def decided_answer(wait: WaitPlan, outcome: dict[str, Any]) -> dict[str, Any]:
+    """The final answer of a waiting write call from its confirmation's outcome (no database needed: the
+    decision's announcement carries the outcome)."""
+    structured, is_error = outcome_result(outcome)
+    return jsonrpc.result(wait.request_id, shape_result(wait.revision, tool_result(structured, is_error=is_error)))

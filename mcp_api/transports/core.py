@@ -1,0 +1,224 @@
+"""What every MCP transport shares: the exchange as parsed, the reply it gets, and the one refusal boundary.
+
+A consumer parses the HTTP request into an `Exchange` and hands it to a transport's entry point, which runs
+synchronously inside the exchange's one `database_sync_to_async` hop (DESIGN section 16) and returns a
+`Reply`: what to put on the wire (a status and JSON body, an SSE answer, a stream to open as a `StreamPlan`,
+or a write call's wait as a `WaitPlan`) and which channel-layer groups to send messages to, which the
+consumer does back on the event loop.
+
+Below an entry point nothing returns a refusal for its caller to re-check: it raises. `ExchangeRefused`
+(a JSON-RPC error with the HTTP status, request id and headers it goes out with; `Unauthorized` and
+`NoSuchSession` are the two every transport meets), a protocol `RpcError` or a service's `Refusal` all end
+at `answers_refusals`, the decorator of every entry point, which turns each into its reply in one place.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs
+
+from access import services
+from access.models import ClientToken
+from forge_core.errors import Refusal
+from mcp_api import jsonrpc
+from mcp_api.jsonrpc import (
+    HEADER_MISMATCH,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
+    PARSE_ERROR,
+    UNSUPPORTED_PROTOCOL_VERSION,
+    RpcError,
+)
+
+JSON = "application/json"
+EVENT_STREAM = "text/event-stream"
+
+# HTTP status for a JSON-RPC error on the stateless revision (its transport table) and for the
+# envelope-level failures of every revision.
+ERROR_STATUS = {
+    PARSE_ERROR: 400,
+    INVALID_REQUEST: 400,
+    INVALID_PARAMS: 400,
+    HEADER_MISMATCH: 400,
+    MISSING_REQUIRED_CLIENT_CAPABILITY: 400,
+    UNSUPPORTED_PROTOCOL_VERSION: 400,
+    METHOD_NOT_FOUND: 404,
+}
+
+LISTEN_FILTERS = {"toolsListChanged": "notifications/tools/list_changed"}
+"""The server notifications a stream may carry, by the name `subscriptions/listen` asks for them with."""
+
+
+@dataclass
+class Exchange:
+    """The parts of an HTTP request the MCP transports look at."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    raw_headers: list[tuple[str, str]] = field(default_factory=list)
+    body: bytes = b""
+    query_string: str = ""
+
+    @classmethod
+    def from_scope(cls, scope: dict[str, Any], body: bytes = b"") -> Exchange:
+        raw = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope.get("headers", [])]
+        return cls(
+            method=scope.get("method", "GET"),
+            path=scope.get("path", ""),
+            headers=dict(raw),
+            raw_headers=raw,
+            body=body,
+            query_string=scope.get("query_string", b"").decode("latin-1"),
+        )
+
+    def header(self, name: str) -> str | None:
+        return self.headers.get(name)
+
+    @property
+    def bearer(self) -> str | None:
+        value = self.headers.get("authorization", "")
+        scheme, _, credential = value.partition(" ")
+        return credential.strip() if scheme.lower() == "bearer" and credential.strip() else None
+
+    def accepts(self, media_type: str) -> bool:
+        accept = self.headers.get("accept")
+        if accept is None:
+            return True
+        kinds = {part.split(";")[0].strip().lower() for part in accept.split(",")}
+        return bool(kinds & {media_type, "*/*", media_type.split("/")[0] + "/*"})
+
+    def query(self, name: str) -> str | None:
+        values = parse_qs(self.query_string).get(name)
+        return values[0] if values else None
+
+
+@dataclass
+class StreamPlan:
+    """A long-lived SSE response: the groups it joins and what it sends first."""
+
+    token_id: int
+    token_expires_at: Any
+    groups: list[str]
+    session_id: str | None = None
+    first_events: list[tuple[str, str]] = field(default_factory=list)
+    end_session_on_close: bool = False
+    subscription_id: Any = None
+    notifications: frozenset[str] = frozenset()
+
+
+@dataclass
+class WaitPlan:
+    """A write call that waits on its SSE answer for the operator's decision, sending progress meanwhile.
+
+    `Reply.body` (FORGE_ERR_CONFIRMATION_REQUIRED) is the answer if nobody decides within `seconds`."""
+
+    confirmation_id: str
+    request_id: Any
+    progress_token: Any
+    revision: str
+    seconds: float
+    interval: float
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    sse: bool = False
+    stream: StreamPlan | None = None
+    wait: WaitPlan | None = None
+    # (group, message) pairs to publish; a batch's answers go as one list, as the client sent them.
+    deliver: list[tuple[str, dict[str, Any] | list[dict[str, Any]]]] = field(default_factory=list)
+
+    @classmethod
+    def rpc_error(cls, exc: RpcError, request_id: Any = None, *, status: int | None = None) -> Reply:
+        return cls(status=status or exc.http_status, body=jsonrpc.error(request_id, exc))
+
+
+class ExchangeRefused(Exception):
+    """The exchange is answered with a JSON-RPC error and nothing else happens: raised anywhere below an
+    entry point, answered by `answers_refusals` with this status (else the error's own), id and headers."""
+
+    def __init__(
+        self,
+        error: RpcError,
+        request_id: Any = None,
+        *,
+        status: int | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.request_id = request_id
+        self.status = status
+        self.headers = headers or {}
+
+    def reply(self) -> Reply:
+        reply = Reply.rpc_error(self.error, self.request_id, status=self.status)
+        reply.headers.update(self.headers)
+        return reply
+
+
+class Unauthorized(ExchangeRefused):
+    """No usable bearer token: 401 with the challenge that says which scheme to use."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(
+            RpcError(INVALID_REQUEST, f"Unauthorized: {detail}"),
+            status=401,
+            headers={"WWW-Authenticate": 'Bearer realm="forge-mcp", error="invalid_token"'},
+        )
+
+
+class NoSuchSession(ExchangeRefused):
+    """An unknown, ended or another principal's session id: the same 404 for each (DESIGN section 4)."""
+
+    def __init__(self, detail: str = "") -> None:
+        message = (
+            "Session not found: it never existed, has ended, or belongs to another client. "
+            f"Initialize a new session without Mcp-Session-Id. {detail}".strip()
+        )
+        super().__init__(RpcError(INVALID_REQUEST, message), status=404)
+
+
+def not_acceptable(what: str) -> ExchangeRefused:
+    return ExchangeRefused(RpcError(INVALID_REQUEST, f"Not acceptable: accept {what}."), status=406)
+
+
+def answers_refusals(entry: Callable[[Exchange], Reply]) -> Callable[[Exchange], Reply]:
+    """Make `entry` a transport's entry point: whatever refusal is raised under it becomes its reply, here
+    and nowhere else."""
+
+    @functools.wraps(entry)
+    def run(exchange: Exchange) -> Reply:
+        try:
+            return entry(exchange)
+        except ExchangeRefused as refused:
+            return refused.reply()
+        except RpcError as exc:
+            return Reply.rpc_error(exc)
+        except Refusal as refusal:
+            return Reply.rpc_error(jsonrpc.refusal_error(refusal))
+
+    return run
+
+
+def authenticate(exchange: Exchange) -> ClientToken:
+    """The client token the request carries, or `Unauthorized` saying how to get one."""
+    raw = exchange.bearer
+    if raw is None:
+        raise Unauthorized(
+            "send 'Authorization: Bearer <token>' with a client token from the Forge console "
+            "(or 'python manage.py create_token')."
+        )
+    token = services.authenticate_bearer(raw, exchange.path)
+    if token is None:
+        raise Unauthorized("this token is unknown, expired or revoked; ask an operator for a new one.")
+    return token

@@ -1,0 +1,69 @@
+"""What the two session transports share (Streamable HTTP and legacy HTTP+SSE): a session's call context,
+the initialize handshake's parameters and result, client notifications, and JSON-RPC batches where the
+session's revision has them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from access.models import ClientToken, McpSession, Transport
+from mcp_api import jsonrpc
+from mcp_api.protocol import CAPABILITIES, SERVER_INFO, CallContext, instructions, respond
+from mcp_api.revisions import BATCH_REVISIONS, negotiate
+
+
+def session_context(token: ClientToken, session: McpSession, transport: Transport) -> CallContext:
+    return CallContext(
+        token=token,
+        revision=session.protocol_version,
+        transport=transport,
+        session=session,
+        client_info=session.client_info,
+    )
+
+
+def initialize_params(message: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The revision to answer an initialize with, and the client's self-description."""
+    params = message.get("params") or {}
+    client_info = params.get("clientInfo")
+    return negotiate(params.get("protocolVersion")), client_info if isinstance(client_info, dict) else {}
+
+
+def initialize_result(revision: str) -> dict[str, Any]:
+    return {
+        "protocolVersion": revision,
+        "capabilities": CAPABILITIES,
+        "serverInfo": SERVER_INFO,
+        "instructions": instructions(),
+    }
+
+
+def client_notification(ctx: CallContext, message: dict[str, Any]) -> None:
+    """Act on a client notification or response. Only `initialized` changes anything."""
+    session = ctx.session
+    if message.get("method") == "notifications/initialized" and session is not None and not session.initialized:
+        McpSession.objects.filter(pk=session.pk).update(initialized=True)
+
+
+def check_batch(revision: str, batch: list[Any]) -> None:
+    """Refuse a batch where the session's revision has none, or one that carries initialize."""
+    if revision not in BATCH_REVISIONS:
+        raise jsonrpc.invalid_request(
+            f"JSON-RPC batches are not part of MCP revision {revision}; send one message per POST."
+        )
+    if any(isinstance(m, dict) and m.get("method") == "initialize" for m in batch):
+        raise jsonrpc.invalid_request("initialize must be sent on its own, not in a batch.")
+
+
+def answer_all(ctx: CallContext, batch: list[Any]) -> list[dict[str, Any]]:
+    """The answers to a batch's requests, in order; its notifications are acted on and not answered."""
+    answers = []
+    for message in batch:
+        kind = jsonrpc.kind_of(message)
+        if kind == "invalid":
+            answers.append(jsonrpc.error(jsonrpc.safe_id(message), jsonrpc.invalid_request()))
+        elif kind == "request":
+            answers.append(respond(ctx, message))
+        else:
+            client_notification(ctx, message)
+    return answers

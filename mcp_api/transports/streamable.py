@@ -1,0 +1,137 @@
+"""Streamable HTTP with sessions (2025-03-26 .. 2025-11-25) at /mcp: POST a message, GET the session's
+stream of server messages, DELETE the session.
+
+A POST that is not a session's (a 2026-07-28 request: its header or its `_meta` names that revision) goes
+to `stateless`, on the same endpoint. Session ids are bound to the token that opened the session: another
+token's id, an unknown or an ended one is `NoSuchSession`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from access import services
+from access.models import BROADCAST_GROUP, ClientToken, McpSession, Transport, session_group, token_group
+from mcp_api import jsonrpc
+from mcp_api.jsonrpc import INVALID_REQUEST, RpcError
+from mcp_api.revisions import HANDSHAKE_REVISIONS
+from mcp_api.transports import stateless
+from mcp_api.transports.answers import answer
+from mcp_api.transports.core import (
+    EVENT_STREAM,
+    JSON,
+    LISTEN_FILTERS,
+    Exchange,
+    ExchangeRefused,
+    NoSuchSession,
+    Reply,
+    StreamPlan,
+    answers_refusals,
+    authenticate,
+    not_acceptable,
+)
+from mcp_api.transports.sessions import (
+    answer_all,
+    check_batch,
+    client_notification,
+    initialize_params,
+    initialize_result,
+    session_context,
+)
+
+
+@answers_refusals
+def handle_post(exchange: Exchange) -> Reply:
+    if not (exchange.accepts(JSON) or exchange.accepts(EVENT_STREAM)):
+        raise not_acceptable("application/json and text/event-stream")
+    token = authenticate(exchange)
+    message = jsonrpc.decode(exchange.body)
+    if stateless.is_stateless_request(exchange, message):
+        return stateless.post(exchange, token, message)
+    if isinstance(message, list):
+        return _post_batch(exchange, token, message)
+    kind = jsonrpc.kind_of(message)
+    if kind == "invalid":
+        raise ExchangeRefused(jsonrpc.invalid_request(), jsonrpc.safe_id(message))
+    if kind == "request" and message["method"] == "initialize":
+        return _initialize(exchange, token, message)
+    session = _require_session(exchange, token)
+    ctx = session_context(token, session, Transport.STREAMABLE_HTTP)
+    if kind != "request":
+        client_notification(ctx, message)
+        return Reply(status=202)
+    return answer(exchange, ctx, message)
+
+
+def _post_batch(exchange: Exchange, token: ClientToken, batch: list[Any]) -> Reply:
+    if not batch:
+        raise jsonrpc.invalid_request("An empty batch is not a request.")
+    session = _require_session(exchange, token)
+    check_batch(session.protocol_version, batch)
+    answers = answer_all(session_context(token, session, Transport.STREAMABLE_HTTP), batch)
+    return Reply(status=200, body=answers) if answers else Reply(status=202)
+
+
+def _initialize(exchange: Exchange, token: ClientToken, message: dict[str, Any]) -> Reply:
+    if exchange.header("mcp-session-id") is not None:
+        raise ExchangeRefused(
+            jsonrpc.invalid_request(
+                "This session is already initialized; to start over, DELETE it and initialize without Mcp-Session-Id."
+            ),
+            message["id"],
+        )
+    revision, client_info = initialize_params(message)
+    session = services.do_open_session(
+        token, transport=Transport.STREAMABLE_HTTP, protocol_version=revision, client_info=client_info
+    )
+    answered = jsonrpc.result(message["id"], initialize_result(revision))
+    return Reply(status=200, body=answered, headers={"Mcp-Session-Id": session.id})
+
+
+def _require_session(exchange: Exchange, token: ClientToken) -> McpSession:
+    session_id = exchange.header("mcp-session-id")
+    if session_id is None:
+        raise jsonrpc.invalid_request(
+            "Missing Mcp-Session-Id header: send the id the initialize response gave you, or initialize first."
+        )
+    session = services.find_session(token, session_id)
+    if session is None or session.transport != Transport.STREAMABLE_HTTP:
+        raise NoSuchSession()
+    # A header naming another handshake revision is tolerated (clients in the field send their own
+    # latest, and the conformance suite does too): the session keeps the revision it negotiated. An
+    # unknown revision never gets here; it is routed to the stateless path and refused with -32022.
+    return session
+
+
+@answers_refusals
+def handle_get(exchange: Exchange) -> Reply:
+    if not exchange.accepts(EVENT_STREAM):
+        raise not_acceptable("text/event-stream")
+    token = authenticate(exchange)
+    version_header = exchange.header("mcp-protocol-version")
+    if version_header is not None and version_header not in HANDSHAKE_REVISIONS:
+        raise ExchangeRefused(
+            RpcError(
+                INVALID_REQUEST,
+                "Revision 2026-07-28 has no GET stream: POST subscriptions/listen to receive notifications.",
+            ),
+            status=405,
+            headers={"Allow": "POST"},
+        )
+    session = _require_session(exchange, token)
+    plan = StreamPlan(
+        token_id=token.pk,
+        token_expires_at=token.expires_at,
+        groups=[session_group(session.id), token_group(token.pk), BROADCAST_GROUP],
+        session_id=session.id,
+        notifications=frozenset(LISTEN_FILTERS.values()),
+    )
+    return Reply(status=200, stream=plan)
+
+
+@answers_refusals
+def handle_delete(exchange: Exchange) -> Reply:
+    token = authenticate(exchange)
+    session = _require_session(exchange, token)
+    services.do_end_session(session, reason="client sent DELETE")
+    return Reply(status=204)
