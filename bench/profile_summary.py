@@ -78,6 +78,7 @@ LOOP_ONLY = (
     "email/",
     "channels/routing.py",
     "mcp_api/consumers.py",
+    "forge_core/streams.py",
     "asyncio/",
 )
 

@@ -2,27 +2,23 @@
 
 One consumer instance per HTTP request. A plain exchange (most POSTs) reads the body within the size
 limit, makes exactly one database hop through a transport's entry point (`mcp_api.transports`) and writes
-the reply; it never touches the channel layer. A stream (GET /mcp, GET /sse, `subscriptions/listen`, and the legacy
-transport's answers) joins channel-layer groups, so a message sent by any process reaches it: events
-arrive as `mcp.message`, `mcp.tools_changed`, `mcp.revoked`, `mcp.session_ended` and land in the
-methods of the same names. Streams send keep-alive comments, re-check their token now and then, and
-end when the client goes away.
+the reply; it never touches the channel layer. A stream (GET /mcp, GET /sse, `subscriptions/listen`, and
+the legacy transport's answers) joins channel-layer groups, so a message sent by any process reaches it:
+events arrive as `mcp.message`, `mcp.tools_changed`, `mcp.revoked`, `mcp.session_ended` and land in the
+methods of the same names. The stream mechanics (keep-alive comments, the periodic re-check that also
+renews group membership, the end on disconnect) are `forge_core.streams`'; what is MCP's here is the token
+and session a stream re-checks, its event ids, and how a listen stream ends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import logging
 from collections.abc import Callable
 from typing import Any
 
-from channels.consumer import AsyncConsumer, get_handler_name
 from channels.db import database_sync_to_async
-from channels.exceptions import StopConsumer
 from channels.layers import get_channel_layer
-from channels.utils import await_many_dispatch
 from django.conf import settings
 from django.utils import timezone
 
@@ -32,12 +28,11 @@ from confirmations.services import confirmation_group
 from forge_core.errors import AuditUnavailable
 from forge_core.live import SSE_HEADERS
 from forge_core.origin import refusal_reason
+from forge_core.streams import EventStreamConsumer
 from mcp_api.jsonrpc import INVALID_REQUEST, RpcError, encode
 from mcp_api.revisions import SUBSCRIPTION_ID_META_KEY
 from mcp_api.transports import answers, legacy_sse, streamable, upkeep
 from mcp_api.transports.core import Exchange, Reply, StreamPlan
-
-logger = logging.getLogger("forge.mcp")
 
 
 def sse_event(data: str, *, event: str = "message", event_id: str | None = None) -> bytes:
@@ -66,7 +61,7 @@ def _audit_origin_refusal(path: str, reason: str) -> None:
         record(EventKind.ORIGIN_REFUSED, arguments={"path": path, "reason": reason}, outcome="refused")
 
 
-class McpHttpConsumer(AsyncConsumer):
+class McpHttpConsumer(EventStreamConsumer):
     """Base of the MCP endpoints: request/response by default, a channel-layer stream when asked."""
 
     handlers: dict[str, Callable[[Exchange], Reply]] = {}
@@ -74,10 +69,8 @@ class McpHttpConsumer(AsyncConsumer):
     async def __call__(self, scope, receive, send) -> None:
         self.scope = scope
         self.base_send = send
-        self.channel_layer: Any = None  # channels' layer (channels has no annotations) once a stream opens
         self.plan: StreamPlan | None = None
         self.event_seq = 0
-        self.keepalive: asyncio.Task | None = None
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         reason = refusal_reason(headers)
         if reason is not None:
@@ -89,21 +82,6 @@ class McpHttpConsumer(AsyncConsumer):
         if body is None:
             return
         await self.handle(Exchange.from_scope(scope, body))
-        if self.plan is None:
-            return
-        try:
-            await await_many_dispatch([receive, self.channel_receive], self.dispatch)
-        except StopConsumer:
-            pass
-        finally:
-            await self.stream_closed()
-
-    async def dispatch(self, message: dict[str, Any]) -> None:
-        # Channels' dispatch makes a thread hop per message to close stale connections; our database
-        # work already runs in database_sync_to_async, which does that, so the hop is pure cost.
-        handler = getattr(self, get_handler_name(message), None)
-        if handler is not None:
-            await handler(message)
 
     async def read_body(self, receive, headers: dict[str, str]) -> bytes | None:
         """The request body, or None after refusing one over the limit (before parsing any of it)."""
@@ -145,7 +123,7 @@ class McpHttpConsumer(AsyncConsumer):
             for group, message in reply.deliver:
                 await layer.group_send(group, {"type": "mcp.message", "message": message})
         if reply.stream is not None:
-            await self.open_stream(reply)
+            await self.open_stream(reply.stream, reply.headers)
         elif reply.wait is not None:
             await self.wait_for_decision(reply)
         else:
@@ -230,23 +208,15 @@ class McpHttpConsumer(AsyncConsumer):
 
     # --- streams ----------------------------------------------------------------------------------
 
-    async def open_stream(self, reply: Reply) -> None:
-        plan = reply.stream
-        assert plan is not None
+    async def open_stream(self, plan: StreamPlan, extra_headers: dict[str, str]) -> None:
+        """Stream the plan's events until the client goes away or the stream ends (`forge_core.streams`)."""
         self.plan = plan
-        self.channel_layer = get_channel_layer()
-        self.channel_name = await self.channel_layer.new_channel()
-        self.channel_receive = functools.partial(self.channel_layer.receive, self.channel_name)
-        for group in plan.groups:
-            await self.channel_layer.group_add(group, self.channel_name)
-        headers = SSE_HEADERS + [(k.encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers.items()]
-        await self.send({"type": "http.response.start", "status": 200, "headers": headers})
+        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in extra_headers.items()]
         first = b"".join(
             sse_event(data, event=event, event_id=self.next_event_id()) for event, data in plan.first_events
         )
         # A comment as the first bytes makes the server flush the headers, so the client sees the stream open.
-        await self.send({"type": "http.response.body", "body": first or b": open\n\n", "more_body": True})
-        self.keepalive = asyncio.create_task(self.keep_alive())
+        await self.stream(self.receive, plan.groups, first=first or b": open\n\n", headers=headers)
 
     def next_event_id(self) -> str | None:
         if self.plan is not None and self.plan.subscription_id is not None:
@@ -263,35 +233,14 @@ class McpHttpConsumer(AsyncConsumer):
             }
         )
 
-    async def keep_alive(self) -> None:
-        """Send keep-alive comments; re-check the token and session now and then; close when they lapse."""
+    def lapsed(self) -> bool:
+        expires_at = self.plan.token_expires_at if self.plan is not None else None
+        return expires_at is not None and expires_at <= timezone.now()
+
+    async def may_stay_open(self) -> bool:
         plan = self.plan
         assert plan is not None
-        interval = settings.FORGE_SSE_KEEPALIVE_SECONDS
-        recheck = settings.FORGE_STREAM_RECHECK_SECONDS
-        since_check = 0.0
-        try:
-            while True:
-                await asyncio.sleep(interval)
-                since_check += interval
-                expired = plan.token_expires_at is not None and plan.token_expires_at <= timezone.now()
-                if not expired and since_check >= recheck:
-                    since_check = 0.0
-                    expired = not await database_sync_to_async(upkeep.stream_may_stay_open)(
-                        plan.token_id, plan.session_id
-                    )
-                    for group in plan.groups:  # refresh group membership before the layer expires it
-                        await self.channel_layer.group_add(group, self.channel_name)
-                if expired:
-                    await self.channel_layer.send(self.channel_name, {"type": "mcp.close"})
-                    return
-                await self.send({"type": "http.response.body", "body": b": keepalive\n\n", "more_body": True})
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # the stream's own housekeeping must not leave it hanging: end it
-            logger.exception("stream keep-alive failed")
-            with contextlib.suppress(Exception):
-                await self.channel_layer.send(self.channel_name, {"type": "mcp.close"})
+        return await database_sync_to_async(upkeep.stream_may_stay_open)(plan.token_id, plan.session_id)
 
     async def end_stream(self) -> None:
         plan = self.plan
@@ -305,21 +254,11 @@ class McpHttpConsumer(AsyncConsumer):
                 },
             }
             await self.send_event(final)
-        await self.send({"type": "http.response.body", "body": b"", "more_body": False})
-        raise StopConsumer()
+        await super().end_stream()
 
     async def stream_closed(self) -> None:
-        if self.keepalive is not None:
-            self.keepalive.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self.keepalive
         plan = self.plan
-        if plan is None:
-            return
-        for group in plan.groups:
-            with contextlib.suppress(Exception):
-                await self.channel_layer.group_discard(group, self.channel_name)
-        if plan.end_session_on_close and plan.session_id:
+        if plan is not None and plan.end_session_on_close and plan.session_id:
             await database_sync_to_async(upkeep.end_session_of_stream)(plan.session_id)
 
     # --- events from the channel layer and the client ----------------------------------------------
@@ -343,15 +282,6 @@ class McpHttpConsumer(AsyncConsumer):
 
     async def mcp_session_ended(self, event: dict[str, Any]) -> None:
         await self.end_stream()
-
-    async def mcp_close(self, event: dict[str, Any]) -> None:
-        await self.end_stream()
-
-    async def http_disconnect(self, message: dict[str, Any]) -> None:
-        raise StopConsumer()
-
-    async def http_request(self, message: dict[str, Any]) -> None:
-        """Body chunks after the body was read belong to nothing; ignore them."""
 
 
 class StreamableHttpConsumer(McpHttpConsumer):

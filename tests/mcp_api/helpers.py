@@ -8,6 +8,7 @@ ORM reads and writes from async tests go through `database_sync_to_async`, as th
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from channels.db import database_sync_to_async
+from channels.layers import InMemoryChannelLayer, channel_layers
 from channels.testing import ApplicationCommunicator, HttpCommunicator
 
 from access.models import McpSession
@@ -278,6 +280,38 @@ async def open_stream(
                 await communicator.wait(TIMEOUT)
             else:
                 await stream.disconnect()
+
+
+class RememberingLayer(InMemoryChannelLayer):
+    """The in-memory channel layer, telling the test each time a channel joins (or rejoins) a group."""
+
+    def __init__(self) -> None:
+        super().__init__(capacity=1000)
+        self.joins: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+
+    async def group_add(self, group: str, channel: str) -> None:
+        await super().group_add(group, channel)
+        self.joins.put_nowait((group, channel))
+
+    def forget(self, group: str) -> None:
+        """Drop the group's members, as channels-redis does once a membership is older than its group_expiry."""
+        self.groups.pop(group, None)
+
+    async def next_join(self, group: str) -> str:
+        """The channel that joins `group` next (waiting at most `TIMEOUT`)."""
+        async with asyncio.timeout(TIMEOUT):
+            while True:
+                joined, channel = await self.joins.get()
+                if joined == group:
+                    return channel
+
+
+def install_remembering_layer() -> RememberingLayer:
+    """Make a `RememberingLayer` the application's channel layer for this test (the autouse fixture
+    `fresh_channel_layer` takes it out again)."""
+    layer = RememberingLayer()
+    channel_layers.backends["default"] = layer
+    return layer
 
 
 # --- stored state --------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from mcp_api.revisions import LATEST_HANDSHAKE
 from tests.mcp_api.helpers import (
     audit_events,
     initialize_message,
+    install_remembering_layer,
     mcp_headers,
     mcp_session,
     mcp_sessions,
@@ -505,6 +506,24 @@ async def test_get_stream_delivers_tools_list_changed_with_event_ids(cast):
 
     assert changed.json()["method"] == "notifications/tools/list_changed"
     assert changed.id
+
+
+async def test_get_stream_renews_its_group_membership_and_still_hears_after_the_layer_forgot_it(cast, settings):
+    settings.FORGE_SSE_KEEPALIVE_SECONDS = 0.05
+    settings.FORGE_STREAM_RECHECK_SECONDS = 0.05
+    layer = install_remembering_layer()
+    token = cast.operator.raw_token
+    session_id = await open_session(token)
+
+    async with open_stream("GET", "/mcp", headers=mcp_headers(token, session_id=session_id)) as stream:
+        await stream.first_chunk()
+        channel = await layer.next_join(BROADCAST_GROUP)
+        layer.forget(BROADCAST_GROUP)
+        assert await layer.next_join(BROADCAST_GROUP) == channel
+        await sync_to_async(notify_streams)(BROADCAST_GROUP, "mcp.tools_changed")
+        changed = await stream.next_event()
+
+    assert changed.json()["method"] == "notifications/tools/list_changed"
 
 
 # --- HTTP methods and content negotiation ----------------------------------------------------------
