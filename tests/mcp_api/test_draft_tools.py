@@ -27,6 +27,7 @@ from tests.mcp_api.helpers import (
     STATELESS,
     Response,
     allow_project,
+    open_session,
     send,
     stateless_headers,
     stateless_rpc,
@@ -731,6 +732,40 @@ async def test_session_status_with_an_unknown_handle_is_not_found(client):
         body=stateless_rpc("tools/call", {"name": "session.status", "arguments": {"session_handle": "nope"}}),
     )
     assert response.json()["result"]["structuredContent"]["error"] == "FORGE_ERR_NOT_FOUND"
+
+
+async def _status_with_handle(token: str, handle: str) -> dict[str, Any]:
+    response = await send(
+        "POST",
+        "/mcp",
+        headers=stateless_headers(token, "tools/call", name="session.status"),
+        body=stateless_rpc("tools/call", {"name": "session.status", "arguments": {"session_handle": handle}}),
+    )
+    assert response.status == 200, response.body
+    return response.json()["result"]["structuredContent"]
+
+
+async def test_session_status_with_a_handle_is_audited_under_that_handle(client):
+    # session.status once looked the handle up itself, and its audit row named no session: the registry's
+    # one lookup (admit) puts the handle's session on the call, so the row names it as for any tool.
+    await _status_with_handle(client.token, client.handle)
+
+    rows = await tool_calls("session.status")
+    assert rows[-1].session == client.handle
+
+
+async def test_session_status_refuses_a_streamable_session_id_passed_as_a_handle(client):
+    session_id = await open_session(client.token)
+
+    status = await _status_with_handle(client.token, session_id)
+
+    assert status["error"] == "FORGE_ERR_NOT_FOUND"
+
+
+async def test_session_status_refuses_another_principals_handle(client, cast):
+    status = await _status_with_handle(cast.caretaker.raw_token, client.handle)
+
+    assert status["error"] == "FORGE_ERR_NOT_FOUND"
 
 
 async def test_a_stateless_calls_audit_row_names_its_session_handle(client):
