@@ -422,14 +422,43 @@ def _forward(
         result = adapter.forward(identity, contract.method, snapshot, intent)
     if adapter.fingerprint(result) != contract.expected_post_fingerprint:
         return transition(contract, S.FAILED, actor=actor, reason="result_changed")
+    return _write_and_verify(
+        contract,
+        adapter,
+        identity,
+        result,
+        actor=actor,
+        step=step,
+        before=contract.precondition_fingerprint,
+        after=contract.expected_post_fingerprint,
+        intent=intent,
+        on_verified=on_verified,
+    )
+
+
+def _write_and_verify(
+    contract: Contract,
+    adapter: Capability,
+    identity: dict[str, Any],
+    content: bytes,
+    *,
+    actor: str,
+    step: Step,
+    before: str,
+    after: str,
+    intent: Mapping[str, Any] | None = None,
+    on_verified: Settled | None = None,
+) -> Contract:
+    """Write `content` over the target (forward or rollback alike) and verify that it reads as `after`. A write
+    that raised is judged by a re-read: still `before` proves it untouched, anything else goes to
+    reconciliation."""
     step("before_write")
     try:
-        adapter.write(identity, result, step)
+        adapter.write(identity, content, step)
     except OSError:
-        return _after_failed_write(contract, adapter, identity, actor, proof=contract.precondition_fingerprint)
-    expected = contract.expected_post_fingerprint
+        return _after_failed_write(contract, adapter, identity, actor, proof=before)
     return _verify(
-        contract, adapter, identity, actor=actor, step=step, expected=expected, intent=intent, on_verified=on_verified
+        contract, adapter, identity, actor=actor, step=step, expected=after, intent=intent, on_verified=on_verified
     )
 
 
@@ -524,12 +553,16 @@ def rollback(contract: Contract, *, actor: str, typed_id: str, step: Step = no_s
     try:
         if adapter.read(identity).fingerprint != contract.post_fingerprint:
             return transition(contract, S.ROLLBACK_FAILED, actor=actor, reason="target_drift")
-        step("before_write")
-        try:
-            adapter.write(identity, snapshot, step)
-        except OSError:
-            return _after_failed_write(contract, adapter, identity, actor, proof=contract.post_fingerprint)
-        return _verify(contract, adapter, identity, actor=actor, step=step, expected=contract.precondition_fingerprint)
+        return _write_and_verify(
+            contract,
+            adapter,
+            identity,
+            snapshot,
+            actor=actor,
+            step=step,
+            before=contract.post_fingerprint,
+            after=contract.precondition_fingerprint,
+        )
     except Exception as exc:
         logger.exception("contract %s failed unexpectedly while rolling back", contract.id)
         return _to_reconciliation(contract, actor, f"unexpected:{type(exc).__name__}")
