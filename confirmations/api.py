@@ -304,17 +304,20 @@ def confirmation(request: Request, confirmation_id: uuid.UUID) -> Response:
     return Response(ConfirmationDetail(_confirmation(confirmation_id)).data)
 
 
+CONFIRMATION_DECIDED = {
+    200: ConfirmationDetail,
+    **action_refused("confirmation", "decide_confirmation"),
+    409: refusal("The confirmation was decided already or expired; nothing was changed."),
+}
+
+
 @extend_schema(
     summary="Approve a confirmation",
     description="Approve a pending confirmation and carry it out at once; the answer is the confirmation "
     "afterwards, executed (its outcome names the contract) or failed (its outcome says why). A confirmation "
     "that requires it needs the memorable ID typed. Audited with the operator.",
     request=Approval,
-    responses={
-        200: ConfirmationDetail,
-        **action_refused("confirmation", "decide_confirmation"),
-        409: refusal("The confirmation was decided already or expired; nothing was changed."),
-    },
+    responses=CONFIRMATION_DECIDED,
 )
 @operator_view("POST", json_body=True)
 def approve(request: Request, confirmation_id: uuid.UUID) -> Response:
@@ -327,11 +330,7 @@ def approve(request: Request, confirmation_id: uuid.UUID) -> Response:
     summary="Deny a confirmation",
     description="Deny a pending confirmation: nothing is written and the client is told. Audited with the operator.",
     request=Denial,
-    responses={
-        200: ConfirmationDetail,
-        **action_refused("confirmation", "decide_confirmation"),
-        409: refusal("The confirmation was decided already or expired; nothing was changed."),
-    },
+    responses=CONFIRMATION_DECIDED,
 )
 @operator_view("POST", json_body=True)
 def deny(request: Request, confirmation_id: uuid.UUID) -> Response:
