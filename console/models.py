@@ -22,7 +22,6 @@ class OperatorToken(BearerToken):
 
     kind = "operator"
 
-    label = models.CharField(max_length=200, help_text="What the token is for, shown in the audit log.")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="operator_tokens")
 
     class Meta(BearerToken.Meta):
