@@ -95,8 +95,8 @@ class Mirror:
         """Replace the mirror with these lines, atomically (temporary file, fsync, rename)."""
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         temporary = self.path.with_suffix(self.path.suffix + ".tmp")
-        with open(temporary, "wb") as handle:
-            os.chmod(temporary, 0o600)
+        with os.fdopen(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as handle:
+            os.fchmod(handle.fileno(), 0o600)  # a leftover temporary file of a looser mode is tightened too
             for line in lines:
                 handle.write(line.encode() + b"\n")
             handle.flush()

@@ -80,6 +80,21 @@ def envseconds(name: str) -> dict[str, float]:
     return found
 
 
+PRIVATE_UMASK = 0o077
+
+
+def make_private_by_default() -> None:
+    """Give every file and folder this process creates from now on no access for other users (umask 077).
+
+    Called from the settings module, which every entry point (manage.py and its commands, the ASGI
+    application, the test runner) loads before it touches the data folder: so the data folder, the
+    SQLite database and its -wal/-shm files, the folders made inside it and any file a library creates
+    there are 0700 / 0600 without each call site having to remember a mode. Code that creates a file
+    with os.open still passes 0o600 itself, so it stays private if it is ever run without the settings.
+    """
+    os.umask(PRIVATE_UMASK)
+
+
 def secret_file(directory: Path, name: str, nbytes: int = 32) -> str:
     """Return the secret stored in `directory/name`, creating it (mode 0600) on first use."""
     return create_once(directory / name, lambda: (secrets.token_urlsafe(nbytes) + "\n").encode()).decode().strip()

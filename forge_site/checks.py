@@ -90,6 +90,43 @@ def check_secrets_folder_is_private(app_configs: Sequence[Any] | None = None, **
     return problems
 
 
+def sqlite_files() -> list[Path]:
+    """The embedded database's files that exist: the database itself and its -wal and -shm companions."""
+    database = settings.DATABASES["default"]
+    name = str(database.get("NAME") or "")
+    if not database["ENGINE"].endswith("sqlite3") or not name or name == ":memory:" or name.startswith("file:"):
+        return []
+    base = Path(name)
+    return [path for path in (base, Path(f"{base}-wal"), Path(f"{base}-shm")) if path.is_file()]
+
+
+@register(Tags.security)
+def check_data_folder_is_private(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """The data folder holds the database (console sessions, password hashes, drafts), projects and the audit mirror.
+
+    The service makes it 0700 and its files 0600; a folder made by an older version, or loosened by hand, is
+    named with the chmod that closes it.
+    """
+    folder = Path(settings.FORGE_DATA_DIR)
+    paths = [folder] if folder.is_dir() else []
+    loose = [path for path in (*paths, *sqlite_files()) if stat.S_IMODE(path.stat().st_mode) & 0o077]
+    if not loose:
+        return []
+    described = ", ".join(f"{path} ({stat.filemode(path.stat().st_mode)})" for path in loose)
+    fixes = [f"chmod 700 {folder}"] if folder in loose else []
+    files = [str(path) for path in loose if path != folder]
+    if files:
+        fixes.append(f"chmod 600 {' '.join(files)}")
+    return [
+        Warning(
+            f"The data folder (FORGE_DATA_DIR) or its database is readable by other users: {described}. "
+            "It holds the console's sessions, the operators' password hashes, drafts and project files.",
+            hint=" && ".join(fixes) + " (the server makes new files and folders private itself).",
+            id="forge.W007",
+        )
+    ]
+
+
 def exposed_debug_hosts(bind_host: str) -> list[str]:
     """The non-loopback addresses that would show Django's debug pages: the bind address and extra host names."""
     if not settings.DEBUG:

@@ -13,7 +13,17 @@ from typing import Any
 
 import dj_database_url
 
-from forge_core.env import envbool, envcadence, envfloat, envint, envlist, envseconds, envstr, secret_file
+from forge_core.env import (
+    envbool,
+    envcadence,
+    envfloat,
+    envint,
+    envlist,
+    envseconds,
+    envstr,
+    make_private_by_default,
+    secret_file,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -21,7 +31,10 @@ FORGE_DATA_DIR = Path(envstr("FORGE_DATA_DIR", str(BASE_DIR / "var"))).resolve()
 FORGE_SECRETS_DIR = Path(envstr("FORGE_SECRETS_DIR", str(FORGE_DATA_DIR / "secrets"))).resolve()
 FORGE_PROJECTS_ROOT = Path(envstr("FORGE_PROJECTS_ROOT", str(FORGE_DATA_DIR / "projects"))).resolve()
 FORGE_AUDIT_LOG = Path(envstr("FORGE_AUDIT_LOG", str(FORGE_DATA_DIR / "audit" / "audit.jsonl"))).resolve()
-FORGE_DATA_DIR.mkdir(parents=True, exist_ok=True)
+# Private by default: from here on everything this process creates is 0700 (folders) or 0600 (files),
+# before the first folder is made (README, "Configuration"; forge.W007 warns about an older, looser one).
+make_private_by_default()
+FORGE_DATA_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)
 
 SECRET_KEY = secret_file(FORGE_SECRETS_DIR, "django-secret-key", 48)
 DEBUG = envbool("FORGE_DEBUG", False)
@@ -145,6 +158,10 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = FORGE_DATA_DIR / "static"
+# Django's file storage (collectstatic into STATIC_ROOT) chmods what it saves to 0644 by default, past the
+# umask: keep those files and folders private too.
+FILE_UPLOAD_PERMISSIONS = 0o600
+FILE_UPLOAD_DIRECTORY_PERMISSIONS = 0o700
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LOGIN_URL = "/console/login/"
 

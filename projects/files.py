@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import stat
 from collections.abc import Callable
 from glob import escape as glob_escape
 from pathlib import Path
@@ -23,15 +24,25 @@ def write_atomically(path: Path, data: bytes, step: Callable[[str], None] = _no_
     """Temporary file beside the target, fsync, rename over it, fsync the folder: all or nothing.
 
     `step` is called at the boundaries ("after_temp_write", "after_rename") for the executor's crash test.
+
+    The new file keeps the mode of the file it replaces: a project bound from an operator's existing file
+    stays as readable as the operator made it (their IDE and other tools keep their access). A file the
+    service creates is 0600, like everything else it writes under the data folder.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     # A process killed between writing its temporary file and the rename leaves one behind; the next
     # write of the same file clears it (writes of one target never overlap: the executor reserves it).
     for leftover in path.parent.glob(f".{glob_escape(path.name)}.*.tmp"):
         leftover.unlink(missing_ok=True)
     temporary = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
     try:
-        with open(temporary, "wb") as handle:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        mode = 0o600
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), mode)  # set exactly, past the umask
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())

@@ -6,13 +6,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from django.core.checks import run_checks
 
 from tests.live import ROOT
 
-FORGE_IDS = {"forge.W001", "forge.E002", "forge.E003", "forge.E004", "forge.E005", "forge.W006"}
+FORGE_IDS = {"forge.W001", "forge.E002", "forge.E003", "forge.E004", "forge.E005", "forge.W006", "forge.W007"}
 POSTGRESQL = "django.db.backends.postgresql"
 IN_MEMORY = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 REDIS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": ["redis://x"]}}}
@@ -46,7 +47,20 @@ def projects_root(tmp_path, settings):
 
 
 @pytest.fixture
-def sound(secrets_dir, projects_root, settings):
+def data_dir(tmp_path, settings, monkeypatch):
+    folder = tmp_path / "data"
+    folder.mkdir(mode=0o700)
+    folder.chmod(0o700)
+    settings.FORGE_DATA_DIR = folder
+    # The setting only, at a database not made yet: the test database itself stays as it is (the check
+    # reads the file system, never the connection).
+    monkeypatch.setitem(settings.DATABASES["default"], "ENGINE", "django.db.backends.sqlite3")
+    monkeypatch.setitem(settings.DATABASES["default"], "NAME", str(folder / "forge.sqlite3"))
+    return folder
+
+
+@pytest.fixture
+def sound(secrets_dir, projects_root, data_dir, settings):
     """A configuration none of the checks objects to."""
     settings.DEBUG = False
     settings.FORGE_HOST = "127.0.0.1"
@@ -83,6 +97,38 @@ def test_a_secrets_folder_or_file_others_may_read_is_an_error_with_the_chmod_to_
 
     assert list(found) == ["forge.E002"]
     assert f"chmod 700 {secrets_dir}" in found["forge.E002"]
+
+
+def test_a_data_folder_others_may_read_is_a_warning_with_the_chmod_to_run(sound, data_dir):
+    data_dir.chmod(0o755)  # as an older version made it
+
+    found = forge_messages(deploy=False)
+
+    assert list(found) == ["forge.W007"]
+    assert f"chmod 700 {data_dir}" in found["forge.W007"] and "chmod 600" not in found["forge.W007"]
+
+
+@pytest.mark.parametrize("suffix", ["", "-wal", "-shm"])
+def test_a_database_file_others_may_read_is_a_warning_with_the_chmod_to_run(sound, data_dir, suffix):
+    database = data_dir / "forge.sqlite3"
+    for name in {"", suffix}:
+        Path(f"{database}{name}").write_bytes(b"")
+        Path(f"{database}{name}").chmod(0o600)
+    Path(f"{database}{suffix}").chmod(0o644)
+
+    found = forge_messages(deploy=False)
+
+    assert list(found) == ["forge.W007"]
+    assert f"chmod 600 {database}{suffix} " in found["forge.W007"]
+    assert "chmod 700" not in found["forge.W007"]
+
+
+def test_a_private_database_file_raises_no_warning(sound, data_dir):
+    database = data_dir / "forge.sqlite3"
+    database.write_bytes(b"")
+    database.chmod(0o600)
+
+    assert forge_messages() == {}
 
 
 def test_a_secrets_folder_of_another_user_is_an_error(sound, secrets_dir, monkeypatch):
