@@ -34,6 +34,7 @@ class EventKind(models.TextChoices):
     PROJECT_REGISTERED = "project_registered"
     AUTH_REFUSED = "auth_refused"
     ORIGIN_REFUSED = "origin_refused"
+    REQUEST_REFUSED = "request_refused"  # an authenticated request refused whole before any of it ran
     OPERATOR_CREATED = "operator_created"
 
 

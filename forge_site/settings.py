@@ -209,6 +209,8 @@ FORGE_MAX_BODY_BYTES = envint("FORGE_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
 FORGE_SSE_KEEPALIVE_SECONDS = envfloat("FORGE_SSE_KEEPALIVE_SECONDS", 15.0, minimum=0.05)
 FORGE_STREAM_RECHECK_SECONDS = envfloat("FORGE_STREAM_RECHECK_SECONDS", 300.0, minimum=0.05)
 FORGE_TOOLS_PAGE_SIZE = envint("FORGE_TOOLS_PAGE_SIZE", 50, minimum=1)
+# A JSON-RPC batch with more messages than this is refused whole (-32600), before any of it is answered.
+FORGE_MAX_BATCH = envint("FORGE_MAX_BATCH", 50, minimum=1)
 FORGE_PUBLIC_URL = envstr("FORGE_PUBLIC_URL", "")
 
 # --- Audit ----------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -89,6 +90,13 @@ class Tool:
         return _clean_schema(self.arguments.model_json_schema())
 
     def descriptor(self) -> dict[str, Any]:
+        """The tool as `tools/list` publishes it. Built once per tool, on first use (pydantic's schema
+        generation costs about a millisecond a tool); each call gets its own outer dict, whose nested
+        values (inputSchema, annotations) are shared and never changed by anyone."""
+        return dict(self._published)
+
+    @functools.cached_property
+    def _published(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "title": self.title,

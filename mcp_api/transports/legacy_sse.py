@@ -64,7 +64,7 @@ def handle_message(exchange: Exchange) -> Reply:
     if isinstance(message, list):
         if not message:
             raise jsonrpc.invalid_request("An empty batch is not a request.")
-        check_batch(session.protocol_version or "2024-11-05", message)
+        check_batch(ctx, session.protocol_version or "2024-11-05", message)
         answers = answer_all(ctx, message)
         return Reply(status=202, body="Accepted", deliver=[(group, answers)] if answers else [])
     kind = jsonrpc.kind_of(message)

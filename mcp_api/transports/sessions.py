@@ -4,10 +4,17 @@ session's revision has them."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
+from django.conf import settings
+
 from access.models import ClientToken, McpSession, Transport
+from audit.models import EventKind
+from audit.services import record
+from forge_core.errors import AuditUnavailable
 from mcp_api import jsonrpc
+from mcp_api.jsonrpc import INVALID_REQUEST, RpcError
 from mcp_api.protocol import CAPABILITIES, SERVER_INFO, CallContext, instructions, respond
 from mcp_api.revisions import BATCH_REVISIONS, negotiate
 
@@ -45,14 +52,38 @@ def client_notification(ctx: CallContext, message: dict[str, Any]) -> None:
         McpSession.objects.filter(pk=session.pk).update(initialized=True)
 
 
-def check_batch(revision: str, batch: list[Any]) -> None:
-    """Refuse a batch where the session's revision has none, or one that carries initialize."""
+def check_batch(ctx: CallContext, revision: str, batch: list[Any]) -> None:
+    """Refuse a batch where the session's revision has none, one longer than `FORGE_MAX_BATCH` (audited),
+    or one that carries initialize; each refusal comes before any of the batch is answered."""
     if revision not in BATCH_REVISIONS:
         raise jsonrpc.invalid_request(
             f"JSON-RPC batches are not part of MCP revision {revision}; send one message per POST."
         )
+    limit = settings.FORGE_MAX_BATCH
+    if len(batch) > limit:
+        _audit_oversized_batch(ctx, len(batch), limit)
+        raise RpcError(
+            INVALID_REQUEST,
+            f"Invalid request: this batch has {len(batch)} messages, more than this server's limit of {limit} "
+            f"(FORGE_MAX_BATCH); none of them was answered. Send at most {limit} messages per batch.",
+            {"limit": limit, "received": len(batch)},
+            http_status=400,
+        )
     if any(isinstance(m, dict) and m.get("method") == "initialize" for m in batch):
         raise jsonrpc.invalid_request("initialize must be sent on its own, not in a batch.")
+
+
+def _audit_oversized_batch(ctx: CallContext, size: int, limit: int) -> None:
+    """The audit row of a batch refused for its size; the refusal stands even when it cannot be written."""
+    with contextlib.suppress(AuditUnavailable):
+        record(
+            EventKind.REQUEST_REFUSED,
+            arguments={"transport": ctx.transport, "revision": ctx.revision, "batch_size": size, "limit": limit},
+            outcome="batch_too_large",
+            called_by=ctx.called_by,
+            session=ctx.session_id,
+            client_label=ctx.token.label,
+        )
 
 
 def answer_all(ctx: CallContext, batch: list[Any]) -> list[dict[str, Any]]:

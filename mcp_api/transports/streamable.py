@@ -67,8 +67,9 @@ def _post_batch(exchange: Exchange, token: ClientToken, batch: list[Any]) -> Rep
     if not batch:
         raise jsonrpc.invalid_request("An empty batch is not a request.")
     session = _require_session(exchange, token)
-    check_batch(session.protocol_version, batch)
-    answers = answer_all(session_context(token, session, Transport.STREAMABLE_HTTP), batch)
+    ctx = session_context(token, session, Transport.STREAMABLE_HTTP)
+    check_batch(ctx, session.protocol_version, batch)
+    answers = answer_all(ctx, batch)
     return Reply(status=200, body=answers) if answers else Reply(status=202)
 
 

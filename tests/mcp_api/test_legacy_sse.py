@@ -8,10 +8,12 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from access.models import Transport
+from audit.models import EventKind
 from mcp_api.jsonrpc import INVALID_REQUEST
 from tests.mcp_api.helpers import (
     EventStream,
     Response,
+    audit_events,
     initialize_message,
     mcp_headers,
     mcp_session,
@@ -136,3 +138,22 @@ async def test_batch_on_2024_11_05_is_answered_on_the_stream(cast):
     assert accepted.status == 202
     assert answers[1]["result"]["tools"]
     assert answers[2]["result"] == {}
+
+
+async def test_a_batch_over_the_limit_on_2024_11_05_is_refused_and_nothing_reaches_the_stream(cast, settings):
+    settings.FORGE_MAX_BATCH = 3
+    token = cast.operator.raw_token
+
+    async with open_stream("GET", "/sse", headers=sse_headers(token)) as stream:
+        endpoint = await initialized(token, stream)
+        refused = await post_message(token, endpoint, [rpc("ping", id=n) for n in range(1, 5)])
+        accepted = await post_message(token, endpoint, [rpc("ping", id=n) for n in range(11, 14)])
+        answers = await answers_on(stream, {11, 12, 13})
+
+    assert refused.status == 400
+    assert refused.error_code == INVALID_REQUEST
+    assert "at most 3 messages" in refused.json()["error"]["message"]
+    assert accepted.status == 202
+    assert set(answers) == {11, 12, 13}  # the refused batch's ids never arrived
+    [refusal] = await audit_events(EventKind.REQUEST_REFUSED)
+    assert refusal.outcome == "batch_too_large"

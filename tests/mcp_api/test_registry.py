@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import json
 
 import pytest
 
 from audit.services import MAX_VALUE_CHARS, REDACTED, sanitize
 from mcp_api.jsonrpc import INVALID_PARAMS, RpcError
-from mcp_api.registry import REGISTRY, Arguments, Need, Tool, decode_cursor, encode_cursor, find_tool, visible_tools
+from mcp_api.registry import (
+    REGISTRY,
+    Arguments,
+    Need,
+    Tool,
+    decode_cursor,
+    encode_cursor,
+    find_tool,
+    list_page,
+    visible_tools,
+)
 from tests.mcp_api.helpers import registered
 
 
@@ -54,6 +66,33 @@ def test_input_schema_is_generated_from_the_argument_model_and_closed():
     assert set(schema["properties"]) == {"project", "steps"}
     assert schema["required"] == ["project"]
     assert schema["$defs"]["Step"]["additionalProperties"] is False
+
+
+def test_a_tools_published_description_is_built_once_and_equals_a_fresh_one(monkeypatch):
+    tool = plan_tool()
+    first = tool.descriptor()
+    assert first["inputSchema"] == plan_tool().input_schema()
+    built = []
+    monkeypatch.setattr(Plan, "model_json_schema", lambda *a, **k: built.append(1) or {})
+
+    second = tool.descriptor()
+
+    assert built == []  # the schema is not generated again
+    assert second == first
+    second["_meta"] = {"added": "by a caller"}
+    assert "_meta" not in tool.descriptor()  # each call gets its own outer dict
+
+
+def test_list_page_serves_the_cached_descriptions_and_answering_leaves_them_unchanged():
+    from mcp_api.protocol import shape_result
+
+    before = [copy.deepcopy(t.descriptor()) for t in visible_tools()]
+    for revision in ("2025-11-25", "2026-07-28"):
+        page = list_page(None, mcp_on=True)
+        json.dumps(shape_result(revision, page))
+
+    assert [t.descriptor() for t in visible_tools()] == before
+    assert page["tools"] == before[: len(page["tools"])]
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))

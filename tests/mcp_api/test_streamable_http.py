@@ -339,6 +339,55 @@ async def test_initialize_inside_a_batch_is_refused(cast):
     assert len(await mcp_sessions()) == 1
 
 
+async def test_a_batch_over_the_limit_is_refused_whole_naming_the_limit_and_audited(cast, settings):
+    assert settings.FORGE_MAX_BATCH == 50
+    session_id = await open_session(cast.operator.raw_token, "2025-03-26")
+    batch = [rpc("tools/call", {"name": "session.status"}, id=n) for n in range(1000)]
+
+    response = await post(cast.operator.raw_token, batch, session_id=session_id)
+
+    assert response.status == 400
+    body = response.json()
+    assert isinstance(body, dict)  # one error for the batch, no answer to any of its entries
+    assert body["error"]["code"] == INVALID_REQUEST
+    assert "1000 messages" in body["error"]["message"]
+    assert "Send at most 50 messages per batch" in body["error"]["message"]
+    assert body["error"]["data"] == {"limit": 50, "received": 1000}
+    assert await audit_events(EventKind.TOOL_CALL) == []
+    [refusal] = await audit_events(EventKind.REQUEST_REFUSED)
+    assert refusal.outcome == "batch_too_large"
+    assert refusal.session == session_id
+    assert refusal.client_label == cast.operator.token.label
+    assert refusal.arguments["batch_size"] == 1000
+    assert refusal.arguments["limit"] == 50
+
+
+async def test_a_batch_of_exactly_the_limit_is_answered(cast, settings):
+    settings.FORGE_MAX_BATCH = 7
+    session_id = await open_session(cast.operator.raw_token, "2025-03-26")
+
+    response = await post(cast.operator.raw_token, [rpc("ping", id=n) for n in range(7)], session_id=session_id)
+    over = await post(cast.operator.raw_token, [rpc("ping", id=n) for n in range(8)], session_id=session_id)
+
+    assert response.status == 200
+    assert sorted(answer["id"] for answer in response.json()) == list(range(7))
+    assert all(answer["result"] == {} for answer in response.json())
+    assert over.status == 400
+    assert over.error_code == INVALID_REQUEST
+    assert "at most 7 messages" in over.json()["error"]["message"]
+    assert len(await audit_events(EventKind.REQUEST_REFUSED)) == 1
+
+
+async def test_a_batch_of_the_default_limit_is_answered(cast):
+    session_id = await open_session(cast.operator.raw_token, "2025-03-26")
+
+    response = await post(cast.operator.raw_token, [rpc("ping", id=n) for n in range(50)], session_id=session_id)
+
+    assert response.status == 200
+    assert len(response.json()) == 50
+    assert await audit_events(EventKind.REQUEST_REFUSED) == []
+
+
 # --- the token -------------------------------------------------------------------------------------
 
 
