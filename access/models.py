@@ -23,6 +23,7 @@ class BearerToken(models.Model):
     value of one kind is never looked up among the other's."""
 
     kind: ClassVar[str]  # "client" or "operator", as the audit log names it
+    holder_field: ClassVar[str]  # the foreign key to the user the token acts for
 
     label = models.CharField(max_length=200, help_text="What the token is for, shown in the audit log.")
     digest = models.CharField(max_length=64, unique=True, editable=False)
@@ -39,8 +40,9 @@ class BearerToken(models.Model):
 
     @property
     def holder(self) -> AbstractBaseUser:
-        """The user the token acts for."""
-        raise NotImplementedError
+        """The user the token acts for: the foreign key each kind names in `holder_field`."""
+        user: AbstractBaseUser = getattr(self, self.holder_field)
+        return user
 
     def is_usable(self, now: datetime | None = None) -> bool:
         return self.revoked_at is None
@@ -68,6 +70,7 @@ class ClientToken(BearerToken):
     """A bearer token for one MCP client. Only the SHA-256 digest of the token is stored."""
 
     kind = "client"
+    holder_field = "owner"
 
     label = models.CharField(max_length=200, help_text="The client's attribution, shown in the audit log.")
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="client_tokens")
@@ -76,10 +79,6 @@ class ClientToken(BearerToken):
 
     class Meta(BearerToken.Meta):
         db_table = "mcp_api_clienttoken"
-
-    @property
-    def holder(self) -> AbstractBaseUser:
-        return self.owner
 
     def is_usable(self, now: datetime | None = None) -> bool:
         now = now or timezone.now()

@@ -7,7 +7,6 @@ here works unchanged (console/migrations/0001_initial.py).
 from __future__ import annotations
 
 from django.conf import settings
-from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import models
 
 from access.models import BearerToken
@@ -21,12 +20,9 @@ class OperatorToken(BearerToken):
     """
 
     kind = "operator"
+    holder_field = "user"
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="operator_tokens")
 
     class Meta(BearerToken.Meta):
         db_table = "mcp_api_operatortoken"
-
-    @property
-    def holder(self) -> AbstractBaseUser:
-        return self.user

@@ -58,9 +58,8 @@ class EventStreamConsumer(AsyncConsumer):
         keepalive = asyncio.create_task(self.keep_alive())
         try:
             channel_receive = functools.partial(self.channel_layer.receive, self.channel_name)
-            await await_many_dispatch([receive, channel_receive], self.dispatch)
-        except StopConsumer:
-            pass
+            with contextlib.suppress(StopConsumer):  # a handler ended the stream
+                await await_many_dispatch([receive, channel_receive], self.dispatch)
         finally:
             keepalive.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

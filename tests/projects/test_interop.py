@@ -72,32 +72,31 @@ def refusal(raw: bytes) -> str | None:
     return None
 
 
-def loaded(raw: bytes) -> documents.ProjectDocument:
+def loaded(raw: bytes) -> documents.ProjectDocument | None:
+    """The document, or None for a file that does not load (registration refuses it, as the round-trip
+    test checks), so the reads have nothing to answer on."""
     try:
         return documents.load(raw)
     except documents.ProjectFormatError as exc:
-        pytest.skip(f"not loadable, refused at registration: {exc}")
+        assert refusal(raw) == f"not a PLCopen TC6 2.01 project: {exc}"
+        return None
 
 
 @pytest.mark.parametrize("path", interop_params())
-def test_a_file_registration_accepts_comes_back_byte_for_byte(path):
-    raw = interop_file(path)
-    refused = refusal(raw)
-    if refused is not None:
-        pytest.skip(f"refused at registration: {refused}")
-
-    out = documents.serialize(documents.load(raw))
-
-    assert out == raw
-    assert documents.serialize(documents.load(out)) == out
-
-
-@pytest.mark.parametrize("path", interop_params())
-def test_a_file_registration_refuses_is_refused_with_its_reason_and_keeps_its_content(path):
+def test_each_file_comes_back_byte_for_byte_or_is_refused_with_its_reason(path):
     raw = interop_file(path)
     refused = refusal(raw)
     if refused is None:
-        pytest.skip("schema-valid: registration accepts it")
+        out = documents.serialize(documents.load(raw))
+        assert out == raw
+        assert documents.serialize(documents.load(out)) == out
+    else:
+        check_refused_file(raw, refused)
+
+
+def check_refused_file(raw: bytes, refused: str) -> None:
+    """A file registration refuses: the refusal names its first schema error (or why it does not load), and
+    what the file says survives a rewrite."""
     try:
         document = documents.load(raw)
     except documents.ProjectFormatError as exc:
@@ -127,6 +126,8 @@ def test_a_file_registration_refuses_is_refused_with_its_reason_and_keeps_its_co
 def test_the_read_queries_answer_on_every_file_that_loads(path):
     raw = interop_file(path)
     document = loaded(raw)
+    if document is None:
+        return  # refused at registration with the parser's reason (checked in `loaded`): nothing to read
     entries = document.index.entries
 
     overview = queries.overview(document)
