@@ -1,5 +1,6 @@
 """The audit tables are append-only: the models refuse to update or delete a row, and so does the database
-(migration 0002's triggers), on SQLite and on PostgreSQL alike, whatever path the statement takes."""
+(migration 0002's triggers, and 0003's against an insert over an existing row), on SQLite and on
+PostgreSQL alike, whatever path the statement takes."""
 
 from __future__ import annotations
 
@@ -38,8 +39,7 @@ def table_contents() -> tuple[list, list, list]:
     )
 
 
-@pytest.mark.parametrize("sql", REFUSED_STATEMENTS.values(), ids=REFUSED_STATEMENTS.keys())
-def test_the_database_refuses_raw_sql_that_updates_or_deletes_audit_rows(log, sql):
+def assert_refused_and_nothing_changed(sql: str) -> None:
     before = table_contents()
 
     with pytest.raises(DatabaseError, match="append-only"), transaction.atomic(), connection.cursor() as cursor:
@@ -48,15 +48,70 @@ def test_the_database_refuses_raw_sql_that_updates_or_deletes_audit_rows(log, sq
     assert table_contents() == before
 
 
+@pytest.mark.parametrize("sql", REFUSED_STATEMENTS.values(), ids=REFUSED_STATEMENTS.keys())
+def test_the_database_refuses_raw_sql_that_updates_or_deletes_audit_rows(log, sql):
+    assert_refused_and_nothing_changed(sql)
+
+
+EVENT_COLUMNS = "seq, ts, kind, tool, arguments_json, outcome, called_by, session, client_label, project, prev_mac, mac"
+DENIED_COLUMNS = EVENT_COLUMNS.replace("outcome", "'denied'")
+# An insert that lands on a stored row: REPLACE deletes the old row (bypassing DELETE triggers on SQLite),
+# an upsert updates it. Each is aimed at a row the `log` fixture wrote, keeping every column but one.
+REPLACING_STATEMENTS = {
+    "replace an event by its seq": (
+        f"INSERT OR REPLACE INTO audit_auditevent ({EVENT_COLUMNS}) SELECT "
+        f"{DENIED_COLUMNS} FROM audit_auditevent WHERE seq = 1"
+    ),
+    "replace an event by its MAC under a new seq": (
+        f"REPLACE INTO audit_auditevent ({EVENT_COLUMNS}) SELECT "
+        f"{EVENT_COLUMNS.replace('seq,', '99,', 1)} FROM audit_auditevent WHERE seq = 1"
+    ),
+    "replace a tree node": (
+        'INSERT OR REPLACE INTO audit_audittreenode (key, level, "index", hash) '
+        'SELECT key, level, "index", zeroblob(32) FROM audit_audittreenode WHERE key = 0'
+    ),
+    "replace a checkpoint": (
+        "INSERT OR REPLACE INTO audit_auditcheckpoint (size, root, note, created_at) "
+        "SELECT size, root, 'x', created_at FROM audit_auditcheckpoint WHERE size = 2"
+    ),
+}
+UPSERTING_STATEMENTS = {
+    "upsert an event": (
+        f"INSERT INTO audit_auditevent ({EVENT_COLUMNS}) SELECT {EVENT_COLUMNS} FROM audit_auditevent "
+        "WHERE seq = 1 ON CONFLICT (seq) DO UPDATE SET outcome = 'denied'"
+    ),
+    "upsert a tree node": (
+        'INSERT INTO audit_audittreenode (key, level, "index", hash) SELECT key, level, "index", hash '
+        "FROM audit_audittreenode WHERE key = 0 ON CONFLICT (key) DO UPDATE SET level = 7"
+    ),
+    "upsert a checkpoint": (
+        "INSERT INTO audit_auditcheckpoint (size, root, note, created_at) SELECT size, root, note, created_at "
+        "FROM audit_auditcheckpoint WHERE size = 2 ON CONFLICT (size) DO UPDATE SET note = 'x'"
+    ),
+}
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="INSERT OR REPLACE is a SQLite statement")
+@pytest.mark.parametrize(
+    "sql",
+    [*REPLACING_STATEMENTS.values(), *UPSERTING_STATEMENTS.values()],
+    ids=[*REPLACING_STATEMENTS.keys(), *UPSERTING_STATEMENTS.keys()],
+)
+def test_sqlite_refuses_an_insert_or_replace_or_upsert_over_an_audit_row(log, sql):
+    assert_refused_and_nothing_changed(sql)
+
+
+@pytest.mark.scaleout
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="needs PostgreSQL: set DATABASE_URL")
+@pytest.mark.parametrize("sql", UPSERTING_STATEMENTS.values(), ids=UPSERTING_STATEMENTS.keys())
+def test_postgresql_refuses_an_upsert_over_an_audit_row(log, sql):
+    assert_refused_and_nothing_changed(sql)
+
+
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="TRUNCATE is a PostgreSQL statement")
 @pytest.mark.parametrize("table", ["audit_auditevent", "audit_audittreenode", "audit_auditcheckpoint"])
 def test_postgresql_refuses_to_truncate_an_audit_table(log, table):
-    before = table_contents()
-
-    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(f"TRUNCATE {table} CASCADE")
-
-    assert table_contents() == before
+    assert_refused_and_nothing_changed(f"TRUNCATE {table} CASCADE")
 
 
 def test_the_database_refuses_a_queryset_update_of_events(log):
