@@ -32,6 +32,7 @@ from confirmations.console import confirmation_link
 from confirmations.models import ConfirmationState, Contract, ContractState, PendingConfirmation
 from console.acceptance import waiting
 from console.draft_screens import DraftScreens
+from console.login_guard import login_failing_closed, logout_failing_closed
 from forge_core.console import is_operator
 from forge_core.errors import AuditUnavailable
 
@@ -218,6 +219,13 @@ class ConsoleSite(admin.AdminSite):
             re_path(r"^mcp_api/(?P<rest>(?:clienttoken|mcpsession|serverstate|accessrequest)/.*)$", moved_to_access),
             *super().get_urls(),
         ]
+
+    def login(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
+        return login_failing_closed(request, lambda: super(ConsoleSite, self).login(request, extra_context))
+
+    # The stubs narrow the admin's logout to a TemplateResponse; a logout that could not be recorded redirects.
+    def logout(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:  # type: ignore[override]
+        return logout_failing_closed(request, lambda: super(ConsoleSite, self).logout(request, extra_context))
 
     def index(self, request: HttpRequest, extra_context: dict | None = None) -> TemplateResponse:
         return super().index(request, extra_context={"dashboard": dashboard(request), **(extra_context or {})})

@@ -8,6 +8,7 @@ messages through Redis.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",  # Swagger UI's scripts and styles, served as static files: no CDN
     "channels",
     "guardian",
+    "axes",  # the console login's throttle; before console, whose login receivers read what it decided
     "audit",
     "projects",
     "caretaker",
@@ -79,6 +81,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: it turns a login refused for a lockout into the page that says why.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "forge_site.urls"
@@ -142,6 +146,8 @@ else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 1000}}}
 
 AUTHENTICATION_BACKENDS = [
+    # First: a name or address that is locked out is refused before any password is checked.
+    "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
     "guardian.backends.ObjectPermissionBackend",
 ]
@@ -150,6 +156,21 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
 ANONYMOUS_USER_NAME = None  # guardian: no anonymous user row
+
+# --- The console login's guard (django-axes; README, "Configuration") --------------------------------
+# Failed logins are counted per user name and, separately, per client address (each in the database, so
+# every process sees them); FORGE_LOGIN_FAILURE_LIMIT of either locks that name or address out for
+# FORGE_LOGIN_LOCKOUT_MINUTES, counted from the lockout (tries during it do not extend it), right
+# password or not. A successful login clears the user's count. `manage.py axes_reset_username NAME` or
+# `axes_reset_ip ADDRESS` unlocks at once.
+AXES_FAILURE_LIMIT = envint("FORGE_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=envint("FORGE_LOGIN_LOCKOUT_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "console.login_guard.locked_out"
+# Logins are in the audit log already (console_login rows); axes keeps only the failures it counts.
+AXES_DISABLE_ACCESS_LOG = True
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -211,7 +232,17 @@ FORGE_STREAM_RECHECK_SECONDS = envfloat("FORGE_STREAM_RECHECK_SECONDS", 300.0, m
 FORGE_TOOLS_PAGE_SIZE = envint("FORGE_TOOLS_PAGE_SIZE", 50, minimum=1)
 # A JSON-RPC batch with more messages than this is refused whole (-32600), before any of it is answered.
 FORGE_MAX_BATCH = envint("FORGE_MAX_BATCH", 50, minimum=1)
+# A message nesting objects and arrays deeper than this (the message itself is 1) is refused unread.
+FORGE_MAX_JSON_DEPTH = envint("FORGE_MAX_JSON_DEPTH", 32, minimum=8)
 FORGE_PUBLIC_URL = envstr("FORGE_PUBLIC_URL", "")
+# Per-token caps (access.limits): what one client token may hold at once; one more is refused (429,
+# FORGE_ERR_LIMIT_REACHED) naming the cap. Each is well above what one working client needs.
+FORGE_MAX_SESSIONS_PER_TOKEN = envint("FORGE_MAX_SESSIONS_PER_TOKEN", 32, minimum=1)
+FORGE_MAX_HANDLES_PER_TOKEN = envint("FORGE_MAX_HANDLES_PER_TOKEN", 64, minimum=1)
+FORGE_MAX_ACCESS_REQUESTS_PER_TOKEN = envint("FORGE_MAX_ACCESS_REQUESTS_PER_TOKEN", 16, minimum=1)
+FORGE_MAX_PENDING_PER_TOKEN = envint("FORGE_MAX_PENDING_PER_TOKEN", 16, minimum=1)
+# The most operations one change group may hold (projects.drafts.do_stage).
+FORGE_MAX_STAGED_PER_GROUP = envint("FORGE_MAX_STAGED_PER_GROUP", 2000, minimum=1)
 
 # --- Audit ----------------------------------------------------------------------------------------
 FORGE_AUDIT_CHECKPOINT_EVENTS, FORGE_AUDIT_CHECKPOINT_SECONDS = envcadence("FORGE_AUDIT_CHECKPOINT_EVERY", "1000,300s")

@@ -9,6 +9,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.messages import constants
 from django.db import DatabaseError, connection
+from django.http import HttpRequest
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -27,7 +28,8 @@ SWITCH = "admin:mcp_switch"
 
 @pytest.fixture
 def operator_client(client, cast) -> Client:
-    assert client.login(username="olivia", password="olivia-password-123")
+    # A password login goes through django-axes' backend, which needs the request the login comes with.
+    assert client.login(request=HttpRequest(), username="olivia", password="olivia-password-123")
     return client
 
 
@@ -35,7 +37,7 @@ def operator_client(client, cast) -> Client:
 def staff_client(client, cast) -> Client:
     """A staff user who is not in the operators group: may open the console, may not turn the switch."""
     get_user_model().objects.create_user(username="sam", password="sam-password-123", is_staff=True)
-    assert client.login(username="sam", password="sam-password-123")
+    assert client.login(request=HttpRequest(), username="sam", password="sam-password-123")
     return client
 
 
@@ -119,7 +121,7 @@ def test_the_switch_answers_only_post(operator_client):
 
 def test_a_switch_post_without_the_csrf_token_is_refused_and_changes_nothing(cast):
     client = Client(enforce_csrf_checks=True)
-    assert client.login(username="olivia", password="olivia-password-123")
+    assert client.login(request=HttpRequest(), username="olivia", password="olivia-password-123")
 
     response = client.post(reverse(SWITCH), {"position": "on"})
 

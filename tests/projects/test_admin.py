@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from django.contrib.messages import constants
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.http import HttpRequest
 from django.urls import reverse
 
 from audit.models import AuditEvent, EventKind
@@ -30,7 +31,7 @@ def _projects_root(root: Path) -> Path:
 
 @pytest.fixture
 def operator_client(client, cast):
-    assert client.login(username="olivia", password="olivia-password-123")
+    assert client.login(request=HttpRequest(), username="olivia", password="olivia-password-123")
     return client
 
 
