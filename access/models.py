@@ -138,6 +138,21 @@ def token_group(token_id: int) -> str:
 BROADCAST_GROUP = "mcp.broadcast"
 
 
+class OpenStream(models.Model):
+    """One event stream a token holds open (a session's GET /mcp, a /sse stream, a subscriptions/listen),
+    counted against FORGE_MAX_STREAMS_PER_TOKEN (`access.limits`). The process holding the stream marks it
+    seen at every recheck and deletes the row when it closes; the row of a process that died without closing
+    it stops counting once it has gone unseen for two rechecks."""
+
+    token = models.ForeignKey(ClientToken, on_delete=models.CASCADE, related_name="open_streams")
+    session_id = models.CharField(max_length=64, blank=True)
+    opened_at = models.DateTimeField(default=timezone.now, editable=False)
+    seen_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["token", "seen_at"])]
+
+
 class ServerState(models.Model):
     """The one row of switches operators turn in the console. Read on every call, by every process."""
 
@@ -187,3 +202,16 @@ class AccessRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.token.label} on {self.project.slug}: {self.state}"
+
+
+class OutboxMessage(models.Model):
+    """A message for open streams from a process that holds none and cannot reach them (a `manage.py` command
+    on the embedded in-memory channel layer): the server process follows these rows and sends each one
+    through its own layer (`access.outbox`). Kept minutes, then pruned."""
+
+    group = models.CharField(max_length=200)
+    message = models.JSONField()
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["id"]

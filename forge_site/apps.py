@@ -1,5 +1,6 @@
-"""The composition root's app configurations: the deployment's system checks, and the Django admin
-installed with the console's own site (the dashboard on its index page)."""
+"""The composition root's app configurations: the deployment's system checks, the outbox through which a
+process outside the server reaches its streams, and the Django admin installed with the console's own site
+(the dashboard on its index page)."""
 
 from django.apps import AppConfig
 from django.contrib.admin.apps import AdminConfig
@@ -11,8 +12,12 @@ class ForgeSiteConfig(AppConfig):
     verbose_name = "Forge MCP site"
 
     def ready(self) -> None:
-        # Importing the module registers its checks (Django's documented place for it).
-        from forge_site import checks  # noqa: F401
+        from access import outbox
+        from forge_core import live
+        from forge_site import checks  # noqa: F401 - importing it registers the checks (Django's documented place)
+
+        # A process outside the server reaches its streams through the outbox (forge_core.live says when).
+        live.relay_through(outbox.write)
 
 
 class ConsoleAdminConfig(AdminConfig):
