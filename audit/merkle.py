@@ -115,6 +115,13 @@ def _path_hashes(keys: tuple[list[NodeKey], list[NodeKey], list[NodeKey]], found
     return proof
 
 
+def completed_by(index: int) -> list[NodeKey]:
+    """The perfect nodes whose last leaf is leaf ``index``: the leaf, then each parent up the run of its
+    trailing one bits. Every node of a tree is completed by exactly one leaf."""
+    completed = (index ^ (index + 1)).bit_length() - 1
+    return [(level, index >> level) for level in range(completed + 1)]
+
+
 def nodes_for_append(size: int, leaf: bytes, store: NodeStore) -> list[Node]:
     """The perfect nodes that appending leaf hash ``leaf`` to a tree of ``size`` leaves completes.
 

@@ -7,8 +7,12 @@ database cannot move meanwhile).
 A line is written inside the transaction that appends its row, before the commit, so that a mirror that
 cannot be written stops the action (fail closed). If that transaction then rolls back, its line is left
 behind with a sequence number the database never committed; the next append finds it at the tail and
-cuts it off before writing, so the mirror always ends with the committed chain. Appends are already
-serialized by the chain lock; the file lock keeps other processes' writers and readers out.
+moves it to `<mirror>.rolled-back` before writing, so the mirror ends with the committed chain and no
+line is ever thrown away. One append leaves at most one such line (a whole one numbered right after the
+database's last event, or a torn one from a crash mid-write); anything more past the database's end
+means the database lost committed events (an old backup restored, its tail deleted), and the append is
+refused: recording on would give those numbers to other events. Appends are already serialized by the
+chain lock; the file lock keeps other processes' writers and readers out.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 TAIL_CHUNK = 4096  # a line is ~0.5 KB: the last committed one is almost always in the first read
+ROLLED_BACK_SUFFIX = ".rolled-back"
 
 
 class MirrorError(Exception):
@@ -47,6 +52,7 @@ class Mirror:
                 data = b"\n" + data
                 end = size
             if end < size:
+                self._set_aside(Past(os.pread(fd, size - end, end)), seq - 1)
                 os.ftruncate(fd, end)
             os.lseek(fd, end, os.SEEK_SET)
             if os.write(fd, data) != len(data):
@@ -57,12 +63,47 @@ class Mirror:
         finally:
             os.close(fd)
 
+    def _set_aside(self, past: Past, size: int) -> None:
+        """Move what one rolled-back append left to `<mirror>.rolled-back`; refuse anything more."""
+        problem = past.problem(size)
+        if problem is not None:
+            raise MirrorError(
+                f"the audit mirror {self.path} {problem}. Nothing more is recorded until an operator has "
+                "compared them: run `manage.py audit_verify` (docs/AUDIT.md, 'A log that cannot be rolled back')"
+            )
+        data = past.data if past.data.endswith(b"\n") else past.data + b"\n"
+        fd = os.open(self.rolled_back_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            if os.write(fd, data) != len(data):
+                raise MirrorError(f"short write to {self.rolled_back_path}")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    @property
+    def rolled_back_path(self) -> Path:
+        return self.path.with_name(self.path.name + ROLLED_BACK_SUFFIX)
+
+    def past(self, size: int) -> Past:
+        """What the file holds after the line of event `size` (the database's last), under a shared lock."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return Past(b"")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            length = os.fstat(fd).st_size
+            end, _ = self._tail(fd, length, size)
+            return Past(os.pread(fd, length - end, end) if end < length else b"")
+        finally:
+            os.close(fd)
+
     def _tail(self, fd: int, size: int, seq: int) -> tuple[int, int]:
         """Where the next line goes, and the last event at or before `seq` that the file holds.
 
-        Normally the file ends with event `seq`. Lines after it are left from transactions that rolled
-        back and are cut off. A file that ends earlier (another process appended to the log, or the
-        file is new) is filled in by the caller from the database.
+        Normally the file ends with event `seq`; what follows it is past the database's end (see
+        `Past`). A file that ends earlier (another process appended to the log, or the file is new) is
+        filled in by the caller from the database.
         """
         position, buffer = size, b""
         while position > 0 and seq > 0:
@@ -102,6 +143,33 @@ class Mirror:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, self.path)
+
+
+class Past:
+    """What a mirror holds past the database's last event: normally nothing, at most one append's leftover."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.torn = bool(data) and not data.endswith(b"\n")
+        self.lines = [line for line in data.split(b"\n") if line.strip()]
+
+    def rolled_back_append(self, size: int) -> bool:
+        """Whether this is the one line an append that rolled back (or was torn by a crash) leaves."""
+        if len(self.lines) != 1:
+            return False
+        seq = line_seq(self.lines[0])
+        return seq == size + 1 or (seq is None and self.torn)
+
+    def problem(self, size: int) -> str | None:
+        """What is wrong with the lines past event `size`, or None when there is nothing or one leftover."""
+        if not self.lines or self.rolled_back_append(size):
+            return None
+        numbered = [seq for seq in map(line_seq, self.lines) if seq is not None]
+        events = f" (events {min(numbered)}..{max(numbered)})" if numbered else ""
+        return (
+            f"holds {len(self.lines)} lines past the database's last event {size}{events}: the database was "
+            "rolled back (an old backup restored) or its tail deleted, or the file was edited"
+        )
 
 
 def line_seq(raw: bytes) -> int | None:

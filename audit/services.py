@@ -17,6 +17,7 @@ import base64
 import hashlib
 import hmac
 import json
+import logging
 import math
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
@@ -27,8 +28,8 @@ from django.conf import settings
 from django.db import DatabaseError, connection, models, transaction
 from django.utils import timezone
 
-from audit import keys, merkle
-from audit.checkpoint import Checkpoint, sign, verifier_key_string
+from audit import kept, keys, merkle
+from audit.checkpoint import Checkpoint, CheckpointError, parse_and_verify, sign, verifier_key_string
 from audit.mirror import Mirror, MirrorError
 from audit.models import AuditCheckpoint, AuditEvent, AuditTreeNode, EventKind
 from forge_core.canonical import canonical_json
@@ -45,6 +46,8 @@ GENESIS_MAC = "0" * 64
 EVENT_KINDS = frozenset(EventKind.values)
 CHAIN_LOCK_ID = 0x466F726765  # "Forge": the PostgreSQL advisory lock that serializes appends
 NODE_LEVEL_SHIFT = 48  # a tree node's key: level << 48 | index (2^48 events is far beyond any log)
+
+logger = logging.getLogger(__name__)
 
 
 # --- what goes into a row --------------------------------------------------------------------------
@@ -174,7 +177,7 @@ def record(
     arguments_json = canonical_json(sanitize(dict(arguments or {}), secret_keys=secret_keys))
     try:
         with transaction.atomic():
-            _lock_chain()
+            lock_chain()
             event = _append(
                 AuditEvent(
                     ts=timezone.now(),
@@ -193,7 +196,7 @@ def record(
     return event
 
 
-def _lock_chain() -> None:
+def lock_chain() -> None:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CHAIN_LOCK_ID])
@@ -262,7 +265,7 @@ def do_make_checkpoint() -> AuditCheckpoint | None:
     """Sign a checkpoint of the log as it is now; None when nothing was appended since the last one."""
     try:
         with transaction.atomic():
-            _lock_chain()
+            lock_chain()
             size = tree_size()
             latest = AuditCheckpoint.objects.order_by("-size").first()
             if size == 0 or (latest is not None and latest.size >= size):
@@ -284,7 +287,29 @@ def _store_checkpoint(size: int) -> AuditCheckpoint:
     note = sign(Checkpoint(origin=keys.origin(), size=size, root=root), keys.KEY_NAME, keys.signing_key())
     checkpoint = AuditCheckpoint(size=size, root=root, note=note, created_at=timezone.now())
     checkpoint.save(force_insert=True)
+    transaction.on_commit(lambda: _keep_outside_the_database(note, size))
     return checkpoint
+
+
+def _keep_outside_the_database(note: str, size: int) -> None:
+    """Once the checkpoint is committed, keep it beside the mirror too (see `audit.kept`)."""
+    try:
+        kept.keep(settings.FORGE_AUDIT_LOG, note, size, signed_size)
+    except OSError as exc:
+        # The checkpoint is committed and served; the next one is kept again. Name the file, not a traceback.
+        logger.error("could not keep audit checkpoint %s beside the mirror: %s", size, exc.strerror or exc)
+
+
+def signed_checkpoint(note: bytes | str) -> Checkpoint:
+    """The checkpoint a note commits to, once it checks out as signed by this server's audit key for this log."""
+    return parse_and_verify(note, keys.KEY_NAME, keys.public_key(), origin=keys.origin())
+
+
+def signed_size(note: bytes) -> int | None:
+    try:
+        return signed_checkpoint(note).size
+    except CheckpointError:
+        return None
 
 
 def checkpoint_public_key() -> dict[str, str]:

@@ -3,35 +3,50 @@
 `verify_log()` walks the events in sequence order once, holding only O(log n) tree hashes, and stops at
 the first event that is wrong, naming its sequence number and why: a gap, a broken link, a MAC that
 does not match the row (a row changed behind the model's back), a tree leaf that does not match the row,
-or a mirror line that differs. Then it checks each checkpoint's root against the tree the events build
-and its signature against the server's audit key.
+a tree node that does not hash the two beneath it, or a mirror line that differs. Then it checks what
+the database may have lost: tree nodes past the last event, signed checkpoints kept outside the database
+(the server's copy beside the mirror, and any an auditor saved, `--against`) that saw a longer or another
+log, and mirror lines past the database's end. Last, each checkpoint row's root against the tree the
+events build and its signature against the server's audit key.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from django.conf import settings
 from django.db import connection, transaction
 
 from audit import keys, merkle
-from audit.checkpoint import CheckpointError, parse_and_verify
-from audit.mirror import Mirror
-from audit.models import AuditCheckpoint, AuditEvent
-from audit.services import GENESIS_MAC, DatabaseNodeStore, compute_mac, event_line, row_body
+from audit.checkpoint import Checkpoint, CheckpointError, parse_and_verify
+from audit.kept import SavedCheckpoint, kept_path, read_kept
+from audit.mirror import Mirror, MirrorError
+from audit.models import AuditCheckpoint, AuditEvent, AuditTreeNode
+from audit.services import (
+    GENESIS_MAC,
+    DatabaseNodeStore,
+    compute_mac,
+    event_line,
+    lock_chain,
+    row_body,
+    signed_checkpoint,
+    tree_size,
+)
 
 CHUNK = 2000
 
 
 @dataclass(frozen=True)
 class Finding:
-    seq: int
+    seq: int | None  # None when the finding is about no one event (a saved checkpoint that is no checkpoint)
     reason: str
 
     def __str__(self) -> str:
-        return f"event {self.seq}: {self.reason}"
+        return self.reason if self.seq is None else f"event {self.seq}: {self.reason}"
 
 
 @dataclass(frozen=True)
@@ -39,6 +54,7 @@ class Report:
     events: int
     checkpoints: int
     finding: Finding | None
+    notes: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -46,7 +62,7 @@ class Report:
 
     def __str__(self) -> str:
         if self.finding is None:
-            return f"ok {self.events} events, {self.checkpoints} checkpoints"
+            return "; ".join([f"ok {self.events} events, {self.checkpoints} checkpoints", *self.notes])
         return f"FAILED at {self.finding}"
 
 
@@ -57,13 +73,18 @@ class RunningRoot:
         self.size = 0
         self.stack: list[tuple[int, bytes]] = []  # (leaves covered, hash) of perfect subtrees, left to right
 
-    def push(self, leaf: bytes) -> None:
+    def push(self, leaf: bytes) -> list[merkle.Node]:
+        """Add the next leaf; returns the perfect subtrees it completes, the leaf first, as (level, index, hash)."""
+        index = self.size
         self.size += 1
-        covered, node = 1, leaf
-        while self.stack and self.stack[-1][0] == covered:
+        level, node = 0, leaf
+        completed = [(0, index, leaf)]
+        while self.stack and self.stack[-1][0] == 1 << level:
             left = self.stack.pop()[1]
-            covered, node = covered * 2, merkle.node_hash(left, node)
-        self.stack.append((covered, node))
+            level, node = level + 1, merkle.node_hash(left, node)
+            completed.append((level, index >> level, node))
+        self.stack.append((1 << level, node))
+        return completed
 
     def root(self) -> bytes:
         if not self.stack:
@@ -74,40 +95,82 @@ class RunningRoot:
         return node
 
 
-def verify_log(mirror_path: Path | None) -> Report:
-    """Check the log as one consistent snapshot of the database (and the mirror beside it)."""
+def verify_log(mirror_path: Path | None, against: Sequence[SavedCheckpoint] = ()) -> Report:
+    """Check the log as one consistent snapshot of the database (and the mirror beside it).
+
+    Besides the checkpoints in `against`, the one the server keeps beside FORGE_AUDIT_LOG is checked.
+    """
+    try:
+        kept = read_kept(settings.FORGE_AUDIT_LOG)
+    except OSError as exc:
+        return Report(0, 0, Finding(None, f"cannot read {kept_path(settings.FORGE_AUDIT_LOG)}: {exc.strerror}"))
+    saved = [*([kept] if kept is not None else []), *against]
+    signed: list[tuple[SavedCheckpoint, Checkpoint]] = []
+    for checkpoint in saved:
+        try:
+            signed.append((checkpoint, signed_checkpoint(checkpoint.note)))
+        except CheckpointError as exc:
+            return Report(0, 0, Finding(None, f"{checkpoint.source} is not a checkpoint this server signed: {exc}"))
     outermost = not connection.in_atomic_block
     with transaction.atomic():
         if connection.vendor == "postgresql" and outermost:
             with connection.cursor() as cursor:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         # On SQLite the transaction holds the write lock (BEGIN IMMEDIATE): appends wait for the check.
-        return _verify_snapshot(mirror_path)
+        report = _verify_snapshot(mirror_path, signed)
+    if report.ok and mirror_path is not None:
+        return _check_past_the_end(report, Mirror(mirror_path))
+    return report
 
 
-def _verify_snapshot(mirror_path: Path | None) -> Report:
+def _check_past_the_end(report: Report, mirror: Mirror) -> Report:
+    """Lines past the database's end, with appends held off: one rolled-back append's line, or lost events."""
+    with transaction.atomic():
+        lock_chain()
+        size = tree_size()
+        past = mirror.past(size)
+    problem = past.problem(size)
+    if problem is not None:
+        return Report(report.events, 0, Finding(size + 1, f"the mirror {problem}"))
+    if past.lines:
+        note = f"the mirror's last line is an append that rolled back (the next append moves it to {mirror.rolled_back_path.name})"
+        return Report(report.events, report.checkpoints, None, (*report.notes, note))
+    return report
+
+
+def _verify_snapshot(mirror_path: Path | None, saved: Sequence[tuple[SavedCheckpoint, Checkpoint]]) -> Report:
     checkpoints = {c.size: c for c in AuditCheckpoint.objects.all()}
     mirror_lines = Mirror(mirror_path).lines() if mirror_path is not None else None
     store = DatabaseNodeStore()
     tree = RunningRoot()
+    wanted = set(checkpoints) | {checkpoint.size for _, checkpoint in saved}
     roots: dict[int, bytes] = {}
     expected_seq, prev_mac, count = 1, GENESIS_MAC, 0
     for chunk in _chunks(AuditEvent.objects.order_by("seq").iterator(chunk_size=CHUNK)):
-        leaves = store.get_many([(0, event.seq - 1) for event in chunk])
+        stored = store.get_many([key for event in chunk for key in merkle.completed_by(event.seq - 1)])
         for event in chunk:
-            finding = _check_event(event, expected_seq, prev_mac, leaves.get((0, event.seq - 1)), mirror_lines)
+            completed = tree.push(merkle.leaf_hash(event_line(event).encode()))
+            finding = _check_event(event, expected_seq, prev_mac, completed, stored, mirror_lines)
             if finding is not None:
                 return Report(events=count, checkpoints=0, finding=finding)
-            tree.push(merkle.leaf_hash(event_line(event).encode()))
-            if event.seq in checkpoints:
+            if event.seq in wanted:
                 roots[event.seq] = tree.root()
             expected_seq, prev_mac, count = event.seq + 1, event.mac, count + 1
     if store.get_many([(0, count)]):
         return Report(count, 0, Finding(count + 1, "the tree has a leaf for this event but the log has no row for it"))
+    nodes, expected_nodes = AuditTreeNode.objects.count(), 2 * count - count.bit_count()
+    if nodes != expected_nodes:
+        beyond = f"the tree holds {nodes - expected_nodes} nodes over events past the log's last event {count}"
+        return Report(count, 0, Finding(count + 1, f"{beyond}: its tail was deleted"))
+    for source, signed in saved:
+        finding = _check_saved(source, signed, count, roots.get(signed.size))
+        if finding is not None:
+            return Report(events=count, checkpoints=0, finding=finding)
     if mirror_lines is not None:
         # The database was read in one snapshot; the file was not. Lines past the snapshot's end belong
-        # to events committed since (or to one rolled back, which the next append cuts off): they must
-        # continue the chain with valid MACs, which only the server can make.
+        # to events committed since, to an append that rolled back, or to events the database lost
+        # (`_check_past_the_end` tells which): they must continue the chain with valid MACs, which only
+        # the server can make.
         for number, raw in mirror_lines:
             if not _continues_chain(raw, expected_seq, prev_mac):
                 stray = f"the mirror has a line past the log's end (line {number})"
@@ -135,22 +198,55 @@ def _chunks(events):
         yield chunk
 
 
-def _check_event(event: AuditEvent, expected_seq: int, prev_mac: str, stored_leaf, mirror_lines) -> Finding | None:
+def _check_event(
+    event: AuditEvent,
+    expected_seq: int,
+    prev_mac: str,
+    completed: list[merkle.Node],
+    stored: dict[merkle.NodeKey, bytes],
+    mirror_lines,
+) -> Finding | None:
     if event.seq != expected_seq:
         return Finding(expected_seq, f"missing: the next event in the log is {event.seq} (a gap)")
     if event.prev_mac != prev_mac:
         return Finding(event.seq, "its previous MAC does not match the MAC of the event before it (chain broken)")
     if compute_mac(event.prev_mac, row_body(event)) != event.mac:
         return Finding(event.seq, "MAC mismatch: the row was changed after it was written, or its MAC forged")
+    for level, index, digest in completed:  # recomputed from the rows: the leaf, then each node it completes
+        if stored.get((level, index)) == digest:
+            continue
+        if level == 0:
+            return Finding(event.seq, "its Merkle leaf is missing or does not match the row")
+        first, last = (index << level) + 1, (index + 1) << level
+        return Finding(
+            event.seq,
+            f"tree node {level}/{index} (over events {first}..{last}) is missing or is not the hash of the "
+            "nodes beneath it: proofs served from it would not verify",
+        )
     line = event_line(event)
-    if stored_leaf != merkle.leaf_hash(line.encode()):
-        return Finding(event.seq, "its Merkle leaf is missing or does not match the row")
     if mirror_lines is not None:
         mirrored = next(mirror_lines, None)
         if mirrored is None:
             return Finding(event.seq, "the mirror ends before this event")
         if mirrored[1] != line.encode():
             return Finding(event.seq, f"the mirror differs (line {mirrored[0]})")
+    return None
+
+
+def _check_saved(saved: SavedCheckpoint, signed: Checkpoint, count: int, computed_root: bytes | None) -> Finding | None:
+    """A checkpoint kept outside the database: the log must be at least as long, and extend the same tree."""
+    if computed_root is None:
+        return Finding(
+            count + 1,
+            f"the log holds {count} events but {saved.describe()} saw {signed.size}: "
+            "the database was rolled back (an old backup restored) or its tail deleted",
+        )
+    if computed_root != signed.root:
+        return Finding(
+            signed.size,
+            f"the log's first {signed.size} events do not hash to the root {saved.describe()} signed: "
+            "events up to this one were replaced",
+        )
     return None
 
 
@@ -169,8 +265,17 @@ def _check_checkpoint(checkpoint: AuditCheckpoint, computed_root: bytes | None) 
 
 
 def rebuild_mirror(mirror_path: Path) -> int:
-    """Rewrite the mirror from the database (after a verify without mirror found the chain sound)."""
+    """Rewrite the mirror from the database (after a verify without mirror found the chain sound).
+
+    A mirror holding events past the database's end is refused (MirrorError): those lines may be all
+    that is left of events the database lost, and only an operator may move them aside.
+    """
+    mirror = Mirror(mirror_path)
+    size = tree_size()
+    problem = mirror.past(size).problem(size)
+    if problem is not None:
+        raise MirrorError(f"{mirror_path} {problem}; move it aside (keep it as evidence), then rebuild")
     events = AuditEvent.objects.order_by("seq").iterator(chunk_size=CHUNK)
     lines = [event_line(event) for event in events]
-    Mirror(mirror_path).rewrite(lines)
+    mirror.rewrite(lines)
     return len(lines)

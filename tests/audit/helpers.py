@@ -43,6 +43,19 @@ def change_behind_the_models_back(sql: str, params: Sequence[Any] = ()) -> None:
         set_append_only_triggers(True)
 
 
+def cut_the_log_back_to(size: int) -> None:
+    """Delete every event after `size` with its tree nodes and checkpoint rows, with the triggers lifted:
+    what restoring a backup taken at `size` does to the database (the files beside it are left alone)."""
+    set_append_only_triggers(False)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("DELETE FROM audit_auditevent WHERE seq > %s", [size])
+            cursor.execute('DELETE FROM audit_audittreenode WHERE (("index" + 1) << level) > %s', [size])
+            cursor.execute("DELETE FROM audit_auditcheckpoint WHERE size > %s", [size])
+    finally:
+        set_append_only_triggers(True)
+
+
 @dataclass(frozen=True)
 class VerifyFailure:
     error: CommandError

@@ -18,7 +18,7 @@ from access.services import do_create_token, do_revoke_token
 from audit.models import AuditEvent, EventKind
 from audit.services import event_line, record
 from forge_core.errors import AuditUnavailable
-from tests.audit.helpers import append_events, mirror_lines
+from tests.audit.helpers import append_events, audit_verify, mirror_lines
 from tests.mcp_api.helpers import send, stateless_headers, stateless_rpc
 
 
@@ -130,15 +130,20 @@ def test_a_mirror_that_lacks_committed_lines_is_filled_in_by_the_next_append(mir
 
 
 @pytest.mark.django_db
-def test_a_line_left_by_a_rolled_back_append_is_cut_off_by_the_next_one(mirror_path):
+def test_a_line_left_by_a_rolled_back_append_is_moved_aside_by_the_next_one_not_lost(mirror_path):
     append_events(2)
     with pytest.raises(RuntimeError), transaction.atomic():
         record(EventKind.TOOL_CALL, tool="test.rolled_back")
-        assert len(mirror_lines(mirror_path)) == 3
+        left = mirror_lines(mirror_path)[2]
         raise RuntimeError("the action failed after its audit row was written")
+    assert audit_verify().strip() == (
+        "ok 2 events, 0 checkpoints; the mirror's last line is an append that rolled back "
+        "(the next append moves it to audit.jsonl.rolled-back)"
+    )
 
     record(EventKind.TOOL_CALL, tool="test.after")
 
     lines = mirror_lines(mirror_path)
     assert lines == [event_line(event) for event in AuditEvent.objects.all()]
     assert "test.rolled_back" not in "".join(lines)
+    assert mirror_lines(mirror_path.with_name("audit.jsonl.rolled-back")) == [left]
