@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
@@ -40,11 +41,13 @@ from projects.models import (
     WorkingDraft,
 )
 from projects.plcopen import documents, elements
+from projects.plcopen.paging import DEFAULT_LIMIT, check_limit, decode_cursor, encode_cursor, position_from, query_key
 from projects.recent import RecentValues
 from projects.services import Opened, current_document
 
 CACHE_SIZE = 8
 EVENTS_LIMIT = 200
+# The most one page of draft.describe (element lines) or change_group.describe (operations) holds.
 DESCRIBE_LIMIT = 200
 
 
@@ -188,10 +191,27 @@ def findings_for(document: documents.ProjectDocument, changed: Sequence[str]) ->
 def group_findings(materialized: Materialized, group: ChangeGroup) -> list[dict[str, str]]:
     """Findings against a group: on the elements its operations changed, and a `conflict` for each of its
     operations that no longer applies to the accepted project."""
-    staged = list(group.operations.order_by("position"))
-    changed = sorted({element for op in staged for element in op.changed_ids})
+    return findings_of_operations(materialized, list(group.operations.order_by("position")))
+
+
+def findings_of_operations(
+    materialized: Materialized,
+    staged: Sequence[StagedOperation],
+    *,
+    first_index: int = 0,
+    first_batch_seen: bool = False,
+) -> list[dict[str, str]]:
+    """Findings on the elements these operations (of one group, in order, the first being the group's
+    operation `first_index`) changed, and a `conflict` for each of them that no longer applies.
+    `first_batch_seen`: the first operation's batch began before it (on an earlier page), whose findings
+    were answered there."""
+    # Every operation of a batch carries the batch's changed ids; its findings belong to its first one.
+    batches = {op.batch_revision for op in staged}
+    if first_batch_seen and staged:
+        batches.discard(staged[0].batch_revision)
+    changed = sorted({element for op in staged if op.batch_revision in batches for element in op.changed_ids})
     found = findings_for(materialized.document, changed) if changed else []
-    for index, op in enumerate(staged):
+    for index, op in enumerate(staged, start=first_index):
         if op.pk in materialized.conflicts:
             found.insert(
                 0,
@@ -347,6 +367,7 @@ def do_stage(
         draft, materialized = _locked_draft(project, expected_revision)
         group = _owned(group_id, draft, session_id)
         ops = operations.parse_operations(raw)
+        _refuse_past_cap(group, len(ops))
         stamp = _now_stamp()
         rehearsal = rehearse(materialized, ops, now=stamp)
         position = (StagedOperation.objects.filter(draft=draft).aggregate(top=Max("position"))["top"] or 0) + 1
@@ -382,6 +403,24 @@ def do_stage(
         "findings": rehearsal.findings,
         "working_revision": draft.working_revision,
     }
+
+
+def _refuse_past_cap(group: ChangeGroup, adding: int) -> None:
+    """Refuse a batch that would take the group past FORGE_MAX_STAGED_PER_GROUP operations (the draft row is
+    locked, so the count holds until the batch is stored)."""
+    limit = settings.FORGE_MAX_STAGED_PER_GROUP
+    held = group.operations.count()
+    if held + adding > limit:
+        raise DraftRefused(
+            "FORGE_ERR_LIMIT_REACHED",
+            f"This change group holds {held} operations and this batch adds {adding}, more than the "
+            f"{limit} one group may hold (FORGE_MAX_STAGED_PER_GROUP); nothing was stored. Submit or close "
+            "this group and begin another for the rest of the change.",
+            status=429,
+            limit=limit,
+            setting="FORGE_MAX_STAGED_PER_GROUP",
+            held=held,
+        )
 
 
 def do_unstage(
@@ -498,12 +537,28 @@ def status(project: Project, *, session_id: str = "") -> dict[str, Any]:
     }
 
 
-def describe_group(project: Project, group_id: Any) -> dict[str, Any]:
+def describe_group(
+    project: Project, group_id: Any, *, cursor: str | None = None, limit: int = DEFAULT_LIMIT
+) -> dict[str, Any]:
+    """One change group and one page of its operations in staging order, with the findings about the
+    elements those operations changed and their conflicts; `next_cursor` continues with the next page.
+    Only the page is read: a group of ten thousand operations costs what a group of `limit` does.
+    ValueError for a bad limit or cursor."""
+    limit = check_limit(limit, DESCRIBE_LIMIT)
     materialized = current(project)
     group = ChangeGroup.objects.filter(pk=group_id, draft=materialized.draft).select_related("principal").first()
     if group is None:
         raise DraftRefused("FORGE_ERR_NOT_FOUND", "This draft has no change group with that id.")
-    staged = list(group.operations.order_by("position"))
+    key = query_key("change_group.describe", str(group.pk))
+    # Positions only grow, so a cursor (the position to go on from) stays right while the group changes.
+    start = position_from(cursor, "group", key)
+    page = list(group.operations.filter(position__gte=start).order_by("position")[: limit + 1])
+    more = len(page) > limit
+    page = page[:limit]
+    total = group.operations.count()
+    earlier = group.operations.filter(position__lt=start)
+    first_index = earlier.count() if start else 0
+    first_batch_seen = bool(page) and bool(start) and earlier.filter(batch_revision=page[0].batch_revision).exists()
     return {
         "group_id": str(group.pk),
         "title": group.title,
@@ -511,13 +566,17 @@ def describe_group(project: Project, group_id: Any) -> dict[str, Any]:
         "state": group.state,
         "author": group.principal.get_username(),
         "client_label": group.client_label,
+        "operations_total": total,
         "operations": [
             {"position": op.position, "operation": op.operation, "conflict": materialized.conflicts.get(op.pk)}
-            for op in staged[:DESCRIBE_LIMIT]
+            for op in page
         ],
-        "findings": group_findings(materialized, group),
+        "findings": findings_of_operations(
+            materialized, page, first_index=first_index, first_batch_seen=first_batch_seen
+        ),
         "acknowledged_findings": group.acknowledged_findings,
         "working_revision": materialized.draft.working_revision,
+        "next_cursor": encode_cursor({"k": "group", "q": key, "p": page[-1].position + 1}) if more else None,
     }
 
 
@@ -547,10 +606,21 @@ def events(project: Project, after_revision: int) -> dict[str, Any]:
     return answer
 
 
-def describe(project: Project, *, limit: int = DESCRIBE_LIMIT) -> dict[str, Any]:
+def describe(project: Project, *, cursor: str | None = None, limit: int = DESCRIBE_LIMIT) -> dict[str, Any]:
     """What the draft changes against the accepted project: element ids added, removed and changed, with
-    the fields that differ (bounded)."""
+    the fields that differ, one page of at most `limit` lines (added first, then removed, then changed);
+    `next_cursor` continues while the draft stays at this working revision. ValueError for a bad limit or
+    cursor, and for a cursor of a revision the draft has moved on from."""
+    limit = check_limit(limit, DESCRIBE_LIMIT)
     materialized = current(project)
+    revision = materialized.draft.working_revision
+    key = query_key("draft.describe", project.slug, revision)
+    if cursor is not None and decode_cursor(cursor, "draft").get("q") != key:
+        raise ValueError(
+            f"the draft moved (now working revision {revision}) since that cursor was given; describe it again "
+            "without a cursor"
+        )
+    start = position_from(cursor, "draft", key)
     before, after = materialized.accepted.index, materialized.document.index
     added = [e.id for e in after.entries if e.key not in before.by_id]
     removed = [e.id for e in before.entries if e.key not in after.by_id]
@@ -571,14 +641,23 @@ def describe(project: Project, *, limit: int = DESCRIBE_LIMIT) -> dict[str, Any]
         if c["fields"] != {"content": "changed"}
         or not any(i.lower().startswith(c["element_id"].lower() + "/") for i in inner)
     ]
+    lines: list[tuple[str, Any]] = [
+        *(("added", a) for a in added),
+        *(("removed", r) for r in removed),
+        *(("changed", c) for c in changed),
+    ]
+    page = lines[start : start + limit]
+    more = len(lines) > start + limit
     return {
         "project": project.slug,
         "accepted_revision": materialized.draft.base_revision,
-        "working_revision": materialized.draft.working_revision,
-        "added": added[:limit],
-        "removed": removed[:limit],
-        "changed": changed[:limit],
-        "truncated": max(len(added), len(removed), len(changed)) > limit,
+        "working_revision": revision,
+        "added": [line for kind, line in page if kind == "added"],
+        "removed": [line for kind, line in page if kind == "removed"],
+        "changed": [line for kind, line in page if kind == "changed"],
+        "counts": {"added": len(added), "removed": len(removed), "changed": len(changed)},
+        "truncated": more,
+        "next_cursor": encode_cursor({"k": "draft", "q": key, "p": start + limit}) if more else None,
     }
 
 

@@ -30,6 +30,9 @@ class ProjectArguments(Arguments):
     )
 
 
+CURSOR = Field(default=None, max_length=2000, description="The next_cursor of the previous page, to continue.")
+
+
 def read(call: Callable[..., dict[str, Any]], *args: Any, **kwargs: Any) -> dict[str, Any]:
     """Run a read; a bad cursor or limit is the client's to fix (-32602), an unknown element a refusal."""
     try:

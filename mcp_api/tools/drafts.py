@@ -18,10 +18,11 @@ from pydantic import Field
 from forge_core.errors import Refusal
 from mcp_api.protocol import CallContext
 from mcp_api.registry import NEEDS_GRANT, tool
-from mcp_api.tools.common import ProjectArguments, read
+from mcp_api.tools.common import CURSOR, ProjectArguments, read
 from projects import drafts, operations
 from projects.models import Project
 from projects.operations import Operation
+from projects.plcopen import DEFAULT_LIMIT
 
 GROUP_ID = Field(max_length=64, description="The group_id change_group.begin answered with.")
 BATCH = Field(min_length=1, max_length=200, description="Operations in the vocabulary of the write tools, in order.")
@@ -68,8 +69,18 @@ class CloseArguments(Expected):
     group_id: str = GROUP_ID
 
 
+class GroupDescribeArguments(GroupArguments):
+    limit: int = Field(
+        default=DEFAULT_LIMIT, ge=1, le=drafts.DESCRIBE_LIMIT, description="At most this many operations."
+    )
+    cursor: str | None = CURSOR
+
+
 class DescribeArguments(ProjectArguments):
-    limit: int = Field(default=drafts.DESCRIBE_LIMIT, ge=1, le=drafts.DESCRIBE_LIMIT)
+    limit: int = Field(
+        default=drafts.DESCRIBE_LIMIT, ge=1, le=drafts.DESCRIBE_LIMIT, description="At most this many element lines."
+    )
+    cursor: str | None = CURSOR
 
 
 class EventsArguments(ProjectArguments):
@@ -115,8 +126,9 @@ def draft_status(ctx: CallContext, args: ProjectArguments) -> dict[str, Any]:
 @tool("draft.describe", title="What the draft changes", arguments=DescribeArguments, needs=NEEDS_GRANT)
 def draft_describe(ctx: CallContext, args: DescribeArguments) -> dict[str, Any]:
     """What the working draft changes against the accepted project: element ids added, removed and changed,
-    with the fields that differ (bounded by limit)."""
-    return _drafting(drafts.describe, ctx.project, limit=args.limit)
+    with the fields that differ, and how many of each (counts). One page of at most limit lines, added
+    first; pass next_cursor to continue (it is refused once the working revision moves: start again)."""
+    return _drafting(drafts.describe, ctx.project, cursor=args.cursor, limit=args.limit)
 
 
 @tool("draft.events", title="What happened in the draft", arguments=EventsArguments, needs=NEEDS_GRANT)
@@ -207,11 +219,13 @@ def change_group_unstage(ctx: CallContext, args: UnstageArguments) -> dict[str, 
     )
 
 
-@tool("change_group.describe", title="Describe a change group", arguments=GroupArguments, needs=NEEDS_GRANT)
-def change_group_describe(ctx: CallContext, args: GroupArguments) -> dict[str, Any]:
-    """One change group of the draft (any session's): title, rationale, author, state, its operations
-    (with conflicts), the findings against it and the findings acknowledged at submission."""
-    return _drafting(drafts.describe_group, ctx.project, args.group_id)
+@tool("change_group.describe", title="Describe a change group", arguments=GroupDescribeArguments, needs=NEEDS_GRANT)
+def change_group_describe(ctx: CallContext, args: GroupDescribeArguments) -> dict[str, Any]:
+    """One change group of the draft (any session's): title, rationale, author, state, the findings
+    acknowledged at submission, how many operations it holds (operations_total), and one page of its
+    operations in order (with conflicts) with the findings about the elements they changed; pass
+    next_cursor to continue."""
+    return _drafting(drafts.describe_group, ctx.project, args.group_id, cursor=args.cursor, limit=args.limit)
 
 
 @tool(

@@ -17,11 +17,10 @@ from access.models import Transport
 from access.services import mint_handle
 from mcp_api.protocol import CallContext
 from mcp_api.registry import NEEDS_GRANT, NoArguments, tool
-from mcp_api.tools.common import ProjectArguments, read
+from mcp_api.tools.common import CURSOR, ProjectArguments, read
 from projects import plcopen, reads
 
 Limit = Field(default=plcopen.DEFAULT_LIMIT, ge=1, le=plcopen.MAX_LIMIT, description="At most this many items.")
-Cursor = Field(default=None, max_length=2000, description="The next_cursor of the previous page, to continue.")
 
 
 class ReadArguments(ProjectArguments):
@@ -40,20 +39,20 @@ class FindArguments(ReadArguments):
     kind: Literal["pou", "variable", "type", "config", "resource", "task", "instance"] | None = None
     type: str | None = Field(default=None, max_length=200, description="Exact declared type, POU type or base type.")
     limit: int = Limit
-    cursor: str | None = Cursor
+    cursor: str | None = CURSOR
 
 
 class ElementArguments(ReadArguments):
     element_id: str = Field(max_length=500, description="A readable id such as pou/Main or pou/Main/var/Counter.")
     body_limit: int = Field(default=plcopen.DEFAULT_BODY_LIMIT, ge=1, le=plcopen.MAX_BODY_LIMIT)
-    cursor: str | None = Cursor
+    cursor: str | None = CURSOR
 
 
 class VariablesArguments(ReadArguments):
     scope: str | None = Field(default=None, max_length=500, description="A POU, configuration or resource id.")
     section: str | None = Field(default=None, max_length=40, description="inputVars, localVars, globalVars, ...")
     limit: int = Limit
-    cursor: str | None = Cursor
+    cursor: str | None = CURSOR
 
 
 class PageArguments(ReadArguments):

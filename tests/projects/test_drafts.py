@@ -895,3 +895,83 @@ def test_describe_lists_a_pou_whose_body_changed(cast, project):
     group2 = begin(project, cast.operator.user, title="Body")
     stage(project, group2, [{"op": "set_pou_body", "id": "pou/Later", "language": "ST", "text": "x := 3;"}])
     assert {"element_id": "pou/Later", "fields": {"content": "changed"}} in drafts.describe(project)["changed"]
+
+
+# --- caps and paging --------------------------------------------------------------------------------------
+
+
+def adds(prefix: str, count: int, scope: str = "pou/LineMain") -> list[dict]:
+    return [add(f"{prefix}{index}", scope) for index in range(count)]
+
+
+def test_a_batch_past_the_staged_cap_of_a_group_is_refused_naming_the_cap(cast, project, settings):
+    settings.FORGE_MAX_STAGED_PER_GROUP = 3
+    group = begin(project, cast.operator.user)
+    stage(project, group, adds("A", 2))
+    before = revision(project)
+
+    with pytest.raises(drafts.DraftRefused) as refused:
+        stage(project, group, adds("B", 2))
+
+    assert (refused.value.code, refused.value.status) == ("FORGE_ERR_LIMIT_REACHED", 429)
+    assert "holds 2 operations and this batch adds 2" in refused.value.message
+    assert refused.value.details["setting"] == "FORGE_MAX_STAGED_PER_GROUP"
+    assert (StagedOperation.objects.filter(group=group).count(), revision(project)) == (2, before)
+
+
+def test_change_group_describe_pages_a_large_group(cast, project, settings):
+    group = begin(project, cast.operator.user)
+    for batch, scope in enumerate(("pou/LineMain", "pou/FlowTotal", "pou/LabelGate")):
+        stage(project, group, adds(f"V{batch}_", 150, scope))
+    whole = drafts.group_findings(drafts.current(project), group)
+
+    pages, cursor = [], None
+    while True:
+        page = drafts.describe_group(project, group.pk, cursor=cursor, limit=100)
+        pages.append(page)
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+
+    assert [len(p["operations"]) for p in pages] == [100, 100, 100, 100, 50]
+    assert {p["operations_total"] for p in pages} == {450}
+    positions = [op["position"] for p in pages for op in p["operations"]]
+    assert positions == sorted(StagedOperation.objects.filter(group=group).values_list("position", flat=True))
+    # Each batch's findings come once, on the page its first operation is on.
+    assert sorted(f["element_id"] for p in pages for f in p["findings"]) == sorted(f["element_id"] for f in whole)
+    assert whole
+
+
+def test_change_group_describe_answers_a_bounded_page_by_default(cast, project):
+    group = begin(project, cast.operator.user)
+    stage(project, group, adds("A", 120))
+
+    page = drafts.describe_group(project, group.pk)
+
+    assert len(page["operations"]) == 50 and page["operations_total"] == 120 and page["next_cursor"]
+    with pytest.raises(ValueError, match="above the maximum of 200"):
+        drafts.describe_group(project, group.pk, limit=201)
+
+
+def test_a_describe_cursor_of_another_group_is_refused(cast, project):
+    group = begin(project, cast.operator.user)
+    stage(project, group, adds("A", 3))
+    other = begin(project, cast.operator.user, session=OTHER, title="Other")
+    cursor = drafts.describe_group(project, group.pk, limit=1)["next_cursor"]
+
+    with pytest.raises(ValueError, match="different query"):
+        drafts.describe_group(project, other.pk, cursor=cursor)
+
+
+def test_draft_describe_pages_its_lines_and_refuses_a_cursor_once_the_draft_moved(cast, project):
+    group = begin(project, cast.operator.user)
+    stage(project, group, adds("A", 5))
+
+    first = drafts.describe(project, limit=3)
+    second = drafts.describe(project, limit=3, cursor=first["next_cursor"])
+
+    assert first["added"] + second["added"] == [f"pou/LineMain/var/A{i}" for i in range(5)]
+    assert (first["counts"]["added"], first["truncated"], second["next_cursor"]) == (5, True, None)
+    stage(project, group, adds("B", 1))
+    with pytest.raises(ValueError, match="the draft moved"):
+        drafts.describe(project, limit=3, cursor=first["next_cursor"])
