@@ -67,12 +67,24 @@ def browser() -> Iterator[Browser]:
         browser.close()
 
 
+def csp_violations(page: Page) -> list[str]:
+    """The Content-Security-Policy violations chromium reports in the page's console, from now on."""
+    seen: list[str] = []
+    page.on("console", lambda message: seen.append(message.text) if "Content Security Policy" in message.text else None)
+    return seen
+
+
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     context.set_default_timeout(WAIT_MS)
     try:
-        yield context.new_page()
+        page = context.new_page()
+        # Every console page is served with a Content-Security-Policy (console/csp.py): whatever a test
+        # does, nothing on the pages it opened may have been refused by it.
+        violations = csp_violations(page)
+        yield page
+        assert violations == []
     finally:
         context.close()
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from mcp_api.revisions import LATEST_HANDSHAKE
-from tests.browser.conftest import CLIENT_LABEL, CLIENT_OWNER, ConsoleServer, screenshot_path
+from tests.browser.conftest import CLIENT_LABEL, CLIENT_OWNER, ConsoleServer, csp_violations, screenshot_path
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -110,3 +110,20 @@ def test_the_copy_button_puts_a_client_configuration_on_the_clipboard(page: Page
         "command": "npx",
         "args": ["mcp-remote", console_server.server.mcp_url, "--header", "Authorization: Bearer <your token>"],
     }
+
+
+def test_the_dashboard_runs_under_its_content_security_policy_with_nothing_refused(
+    page: Page, console_server: ConsoleServer
+):
+    violations = csp_violations(page)
+    log_in(page, console_server)
+
+    response = page.reload()
+
+    assert response is not None
+    assert "script-src 'self'" in response.headers["content-security-policy"]
+    # The live feed (console.js, a static file) connected, and the Copy button's script (dashboard.js) runs.
+    expect(page.locator("html")).to_have_attribute("data-forge-live", "open")
+    page.locator("#configuration-cursor").get_by_role("button", name="Copy").click()
+    expect(page.locator("#configuration-cursor button")).not_to_have_text("Copy")
+    assert violations == []

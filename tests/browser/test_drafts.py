@@ -230,6 +230,12 @@ def test_a_draft_that_moves_while_its_review_is_open_is_announced_and_cannot_be_
     )
     assert project_file(server).read_bytes() == before
     expect(page.locator("#draft-diff pre.diff .added").filter(has_text="Unreviewed")).to_have_count(1)
+    # Discard asks first (a data-confirm that console.js honours, no inline handler); dismissed, it does nothing.
+    asked: list[str] = []
+    page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.dismiss()))
+    page.get_by_role("button", name="Discard").click()
+    assert asked == ["Discard every change group of this draft? The project file is not touched."]
+    expect(page.locator("#draft-groups .group")).to_have_count(1)
     page.get_by_role("button", name="Accept all").click()
     expect(page.locator("ul.messagelist")).to_contain_text(f"Accepted the working draft of {SLUG}")
     after = project_file(server).read_bytes()

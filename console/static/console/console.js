@@ -1,0 +1,67 @@
+// What every console page runs (templates/admin/base_site.html). Served as a file, never inline: the
+// console's Content-Security-Policy allows scripts from its own origin only.
+
+// Live console pages: when the server says what they show changed (a new access request or confirmation,
+// a decision, a contract, a session, the switch, a working draft), fetch the page again and swap its
+// content, so nobody has to reload. The pages that do are listed on this script's tag (data-live-pages).
+(function () {
+  var script = document.currentScript;
+  var live = script && script.dataset.livePages ? script.dataset.livePages.split(" ") : [];
+  if (live.indexOf(window.location.pathname) < 0 || !window.EventSource) return;
+  var busy = false, again = false;
+  function refresh() {
+    // One fetch at a time; a change announced during a fetch is fetched again right after it.
+    if (busy) { again = true; return; }
+    busy = true;
+    fetch(window.location.href, {credentials: "same-origin"})
+      .then(function (response) { return response.text(); })
+      .then(function (html) {
+        var fresh = new DOMParser().parseFromString(html, "text/html").querySelector("#content-main");
+        var here = document.querySelector("#content-main");
+        if (fresh && here) here.replaceWith(fresh);
+      })
+      .finally(function () {
+        busy = false;
+        if (again) { again = false; refresh(); }
+      });
+  }
+  // A countdown that ran out: the server expires what is due when the page is read, so read it again
+  // (a moment later, so the server's clock has passed the deadline too).
+  document.addEventListener("forge:countdown-ended", function () { setTimeout(refresh, 1500); });
+  var source = new EventSource("/console/events");
+  source.addEventListener("changed", refresh);
+  // Whatever changed while the feed was (re)connecting was not announced: catch up once it is open.
+  source.addEventListener("open", function () {
+    document.documentElement.dataset.forgeLive = "open";
+    refresh();
+  });
+})();
+
+// Countdowns (a pending confirmation's time to decide): counted from the seconds left when the server
+// rendered them, so the browser's clock does not matter; they survive the live swap above, since each
+// tick looks them up afresh.
+(function () {
+  function tick() {
+    document.querySelectorAll("time.countdown[data-countdown-seconds]").forEach(function (element) {
+      if (!element.dataset.deadline) {
+        element.dataset.deadline = String(Date.now() + 1000 * Number(element.dataset.countdownSeconds));
+      }
+      var left = Math.round((Number(element.dataset.deadline) - Date.now()) / 1000);
+      if (left <= 0) {
+        element.textContent = "expired";
+        element.classList.add("expired");
+        element.removeAttribute("data-countdown-seconds");
+        document.dispatchEvent(new Event("forge:countdown-ended"));
+        return;
+      }
+      element.textContent = Math.floor(left / 60) + ":" + String(left % 60).padStart(2, "0") + " left";
+    });
+  }
+  setInterval(tick, 1000);
+})();
+
+// A button that asks before it submits (data-confirm holds the question), in place of an inline onclick.
+document.addEventListener("click", function (event) {
+  var button = event.target.closest && event.target.closest("button[data-confirm]");
+  if (button && !window.confirm(button.dataset.confirm)) event.preventDefault();
+});
