@@ -164,3 +164,17 @@ def test_a_logout_whose_audit_row_cannot_be_written_leaves_the_session_signed_in
     assert response.status_code == 302
     assert client.session["_auth_user_id"] == str(cast.operator.user.pk)
     assert [row[0] for row in login_rows()] == ["ok"]
+
+
+@pytest.mark.anyio
+@pytest.mark.django_db(transaction=True)
+async def test_a_lockout_served_through_the_asgi_handler_gets_the_same_page(async_client, cast, settings):
+    # Under daphne the middleware chain runs asynchronously, where axes hands the lockout page its
+    # arguments in another order: the page must not depend on them.
+    settings.AXES_FAILURE_LIMIT = 1
+    form = {"username": "olivia", "password": "wrong-password-42"}
+
+    response = await async_client.post(reverse(LOGIN), form, REMOTE_ADDR="192.0.2.10")
+
+    assert response.status_code == 429
+    assert "python manage.py axes_reset_username olivia" in response.content.decode()
