@@ -128,6 +128,15 @@ def _audit_files_in_a_temporary_place(tmp_path_factory):
     yield
 
 
+@pytest.fixture(autouse=True)
+def _audit_mirror_of_its_own(tmp_path_factory) -> None:
+    """Every test starts with an empty database, so its audit mirror (and the checkpoint kept beside it) starts
+    empty too: lines an earlier test left would lie past the log's end, and the next append refuses those."""
+    from django.conf import settings
+
+    settings.FORGE_AUDIT_LOG = tmp_path_factory.mktemp("audit") / "audit.jsonl"
+
+
 @pytest.fixture
 def root(settings, tmp_path) -> Path:
     """The test's own projects root (FORGE_PROJECTS_ROOT), empty at the start."""
