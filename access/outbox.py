@@ -7,6 +7,11 @@ cannot reach the streams the server holds. `forge_core.live` writes such a proce
 own layer, in order. A row is delivered at most once per server process, starting from those written after
 it started; repeating one would be harmless anyway (a second `list_changed` says nothing new, a stream that
 was closed has left its groups). Rows older than `KEEP` are pruned. With Redis nothing is written here.
+
+Each row is written after the change it reports has committed, in a statement of its own. On PostgreSQL two
+commands writing at the same instant may commit their ids out of order, and the follower may pass over the
+earlier one; the streams concerned then learn of it at their next re-check, as they would without the
+outbox. SQLite assigns ids under its single writer lock, so there they arrive in order.
 """
 
 from __future__ import annotations
