@@ -93,6 +93,26 @@ def bearer(token: str) -> dict[str, str]:
 
 SDK_TIMEOUT = httpx2.Timeout(30.0, read=300.0)  # the SDK's own defaults (create_mcp_http_client)
 
+ACCEPT_BOTH = "application/json, text/event-stream"
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "e2e", "version": "1"}},
+}
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+TOOLS_LIST = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+
+
+async def open_raw_session(http: httpx.AsyncClient, token: str) -> dict[str, str]:
+    """Initialize a 2025-11-25 session over raw HTTP; returns the headers every later request of it carries."""
+    headers = {**bearer(token), "Accept": ACCEPT_BOTH}
+    initialized = await http.post("/mcp", headers=headers, json=INITIALIZE)
+    assert initialized.status_code == 200
+    session = {**headers, "Mcp-Session-Id": initialized.headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
+    assert (await http.post("/mcp", headers=session, json=INITIALIZED)).status_code == 202
+    return session
+
 
 @asynccontextmanager
 async def streamable_client(

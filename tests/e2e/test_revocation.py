@@ -1,9 +1,11 @@
 """Revoking a client token: its next request is refused and its open streams end.
 
 The revocation runs in another process (`manage.py shell`), as an operator's would. With the embedded
-in-memory channel layer that process cannot reach the server's streams, so a stream learns of it from
-its periodic re-check of the token; `rechecking_server` re-checks every half second. With REDIS_URL
-set, the revocation's channel-layer event reaches the stream directly.
+in-memory channel layer that process cannot reach the server's streams itself; a `manage.py` command
+goes through the outbox the server follows (tests/e2e/test_shell_actions.py), but these tests take that
+path away, so that a stream can learn of it only from its periodic re-check of the token, the backstop:
+`rechecking_server` re-checks every half second. With REDIS_URL set, the revocation's channel-layer event
+reaches the stream directly.
 """
 
 from __future__ import annotations
@@ -14,19 +16,10 @@ import anyio
 import httpx
 import pytest
 
-from tests.live import bearer, run_server, streamable_client
+from tests.live import ACCEPT_BOTH, INITIALIZE, TOOLS_LIST, bearer, open_raw_session, run_server, streamable_client
 
 pytestmark = [pytest.mark.live, pytest.mark.anyio]
 
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "e2e", "version": "1"}},
-}
-INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-TOOLS_LIST = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
-BOTH = "application/json, text/event-stream"
 STREAM_END_BOUND = 10  # seconds from the revocation to the end of the stream
 
 
@@ -45,20 +38,11 @@ def fresh_token(server) -> tuple[str, str]:
 
 async def revoke(server, label: str) -> None:
     code = (
+        "from forge_core.live import mark_outside_server; mark_outside_server(False); "  # no outbox: re-check only
         "from access.models import ClientToken; from access.services import do_revoke_token; "
         f"do_revoke_token(ClientToken.objects.get(label={label!r}), acting_user='test')"
     )
     await anyio.to_thread.run_sync(server.manage, "shell", "-c", code)
-
-
-async def open_session(http: httpx.AsyncClient, token: str) -> dict[str, str]:
-    """Initialize a 2025-11-25 session; returns the headers every later request of it carries."""
-    headers = {**bearer(token), "Accept": BOTH}
-    initialized = await http.post("/mcp", headers=headers, json=INITIALIZE)
-    assert initialized.status_code == 200
-    session = {**headers, "Mcp-Session-Id": initialized.headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
-    assert (await http.post("/mcp", headers=session, json=INITIALIZED)).status_code == 202
-    return session
 
 
 def assert_unauthorized(response: httpx.Response) -> None:
@@ -70,17 +54,17 @@ def assert_unauthorized(response: httpx.Response) -> None:
 async def test_revoked_token_is_refused_on_its_next_request(forge_server):
     label, token = await anyio.to_thread.run_sync(fresh_token, forge_server)
     async with httpx.AsyncClient(base_url=forge_server.base, timeout=10.0) as http:
-        session = await open_session(http, token)
+        session = await open_raw_session(http, token)
         assert (await http.post("/mcp", headers=session, json=TOOLS_LIST)).status_code == 200
         await revoke(forge_server, label)
         assert_unauthorized(await http.post("/mcp", headers=session, json=TOOLS_LIST))
-        assert_unauthorized(await http.post("/mcp", headers={**bearer(token), "Accept": BOTH}, json=INITIALIZE))
+        assert_unauthorized(await http.post("/mcp", headers={**bearer(token), "Accept": ACCEPT_BOTH}, json=INITIALIZE))
 
 
 async def test_open_streamable_http_stream_of_a_revoked_token_ends(forge_server, rechecking_server):
     label, token = await anyio.to_thread.run_sync(fresh_token, forge_server)
     async with httpx.AsyncClient(base_url=rechecking_server.base, timeout=10.0) as http:
-        session = await open_session(http, token)
+        session = await open_raw_session(http, token)
         async with http.stream("GET", "/mcp", headers={**session, "Accept": "text/event-stream"}) as stream:
             assert stream.status_code == 200
             chunks = stream.aiter_bytes()
