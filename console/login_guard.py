@@ -81,10 +81,12 @@ def lockout_minutes() -> int:
 
 def lockout_message(username: str, address: str) -> str:
     minutes = lockout_minutes()
-    unlock = f"python manage.py axes_reset_username {username}" if username else "python manage.py axes_reset"
+    commands = [f"python manage.py axes_reset_username {username}"] if username else []
+    commands += [f"python manage.py axes_reset_ip {address}"] if address else []
+    unlock = " or ".join(commands) or "python manage.py axes_reset"
     return (
         f"Too many failed logins for this name or address; try again in {minutes} minute{'s' if minutes != 1 else ''}, "
-        f"or ask another operator to unlock it ({unlock}, or axes_reset_ip {address})."
+        f"or ask another operator to unlock it ({unlock})."
     )
 
 
