@@ -16,6 +16,7 @@ a person's decision, carried out by the executor (`projects.capability`, method 
 from __future__ import annotations
 
 import copy
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -278,8 +279,17 @@ def _event(
     notify_console("drafts")
 
 
+def _group_of(draft: WorkingDraft, group_id: Any) -> ChangeGroup | None:
+    """The draft's change group with this id, or None: an id that is not a UUID names no group."""
+    try:
+        key = uuid.UUID(str(group_id))
+    except ValueError:
+        return None
+    return ChangeGroup.objects.filter(pk=key, draft=draft).select_related("principal").first()
+
+
 def _owned(group_id: Any, draft: WorkingDraft, session_id: str, *, building: bool = True) -> ChangeGroup:
-    group = ChangeGroup.objects.filter(pk=group_id, draft=draft).select_related("principal").first()
+    group = _group_of(draft, group_id)
     if group is None:
         raise DraftRefused(
             "FORGE_ERR_NOT_FOUND", "This draft has no change group with that id. draft.status lists the groups."
@@ -546,7 +556,7 @@ def describe_group(
     ValueError for a bad limit or cursor."""
     limit = check_limit(limit, DESCRIBE_LIMIT)
     materialized = current(project)
-    group = ChangeGroup.objects.filter(pk=group_id, draft=materialized.draft).select_related("principal").first()
+    group = _group_of(materialized.draft, group_id)
     if group is None:
         raise DraftRefused("FORGE_ERR_NOT_FOUND", "This draft has no change group with that id.")
     key = query_key("change_group.describe", str(group.pk))

@@ -539,6 +539,19 @@ async def _staged_group(client: Client) -> str:
     return group_id
 
 
+@pytest.mark.parametrize("group_id", ["", "not-a-uuid", "x" * 64, "{12345678-1234"], ids=["empty", "word", "long", "brace"])
+@pytest.mark.parametrize("tool", [t for t in MODIFYING if t != "change_group.begin"])
+async def test_a_group_id_that_is_not_a_uuid_is_not_found_and_stores_nothing(client, tool, group_id):
+    await _staged_group(client)
+    before = await stored()
+
+    changed = await client.refusal(tool, {**arguments_for(tool, group_id), **await client.expected()})
+    described = await client.refusal("change_group.describe", {"group_id": group_id})
+
+    assert (changed["error"], described["error"]) == ("FORGE_ERR_NOT_FOUND", "FORGE_ERR_NOT_FOUND")
+    assert await stored() == before
+
+
 @pytest.mark.parametrize("tool", MODIFYING)
 async def test_a_stale_working_revision_is_refused_with_the_current_one_before_anything_is_stored(client, tool):
     group_id = await _staged_group(client)
