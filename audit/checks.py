@@ -20,8 +20,7 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError
 from audit import merkle
 from audit.checkpoint import CheckpointError
 from audit.kept import SavedCheckpoint, kept_path, read_kept
-from audit.mirror import Mirror
-from audit.services import DatabaseNodeStore, signed_checkpoint, tree_size
+from audit.services import DatabaseNodeStore, past_the_end, signed_checkpoint, tree_size
 
 TAG = "audit"
 RESOLVE = (
@@ -44,7 +43,7 @@ def check_log_not_rolled_back(
         return []  # not migrated yet: nothing recorded to compare
     try:
         kept = read_kept(mirror)
-        past = Mirror(mirror).past(size).problem(size)
+        _, _, past = past_the_end(mirror)
     except OSError as exc:
         return [
             Error(

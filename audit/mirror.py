@@ -7,12 +7,12 @@ database cannot move meanwhile).
 A line is written inside the transaction that appends its row, before the commit, so that a mirror that
 cannot be written stops the action (fail closed). If that transaction then rolls back, its line is left
 behind with a sequence number the database never committed; the next append finds it at the tail and
-moves it to `<mirror>.rolled-back` before writing, so the mirror ends with the committed chain and no
-line is ever thrown away. One append leaves at most one such line (a whole one numbered right after the
-database's last event, or a torn one from a crash mid-write); anything more past the database's end
-means the database lost committed events (an old backup restored, its tail deleted), and the append is
-refused: recording on would give those numbers to other events. Appends are already serialized by the
-chain lock; the file lock keeps other processes' writers and readers out.
+moves it (with any others that transaction wrote) to `<mirror>.rolled-back` before writing, so the
+mirror ends with the committed chain and no line is ever thrown away. Lines past the database's end that
+the checkpoint kept beside the mirror saw committed, or that do not continue the database's chain, mean
+the database lost events (an old backup restored, its tail deleted) or the file was edited: the append
+is refused (see `Past`), since recording on would give those numbers to other events. Appends are
+already serialized by the chain lock; the file lock keeps other processes' writers and readers out.
 """
 
 from __future__ import annotations
@@ -35,8 +35,19 @@ class Mirror:
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def append(self, seq: int, line: str, missing: Callable[[int, int], list[str]]) -> None:
-        """Write the line of event `seq`; `missing(first, last)` gives committed lines the file lacks."""
+    def append(
+        self,
+        seq: int,
+        line: str,
+        prev_mac: str,
+        missing: Callable[[int, int], list[str]],
+        kept_size: Callable[[], int],
+    ) -> None:
+        """Write the line of event `seq`, whose previous event's MAC is `prev_mac`.
+
+        `missing(first, last)` gives committed lines the file lacks; `kept_size()` the size the checkpoint
+        kept beside the mirror saw, read only when lines lie past the database's end.
+        """
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -52,7 +63,7 @@ class Mirror:
                 data = b"\n" + data
                 end = size
             if end < size:
-                self._set_aside(Past(os.pread(fd, size - end, end)), seq - 1)
+                self._set_aside(Past(os.pread(fd, size - end, end)), seq - 1, prev_mac, kept_size)
                 os.ftruncate(fd, end)
             os.lseek(fd, end, os.SEEK_SET)
             if os.write(fd, data) != len(data):
@@ -63,9 +74,9 @@ class Mirror:
         finally:
             os.close(fd)
 
-    def _set_aside(self, past: Past, size: int) -> None:
-        """Move what one rolled-back append left to `<mirror>.rolled-back`; refuse anything more."""
-        problem = past.problem(size)
+    def _set_aside(self, past: Past, size: int, mac: str, kept_size: Callable[[], int]) -> None:
+        """Move what appends that rolled back left to `<mirror>.rolled-back`; refuse anything else."""
+        problem = past.problem(size, mac, kept_size)
         if problem is not None:
             raise MirrorError(
                 f"the audit mirror {self.path} {problem}. Nothing more is recorded until an operator has "
@@ -146,29 +157,53 @@ class Mirror:
 
 
 class Past:
-    """What a mirror holds past the database's last event: normally nothing, at most one append's leftover."""
+    """What a mirror holds past the database's last event.
+
+    Normally nothing. A transaction that appended and then rolled back leaves its lines: numbered on from
+    the database's last event and chained from its MAC, the last one possibly torn by a crash mid-write.
+    Lines of that shape are also what a database cut back leaves, so they count as lost events when the
+    checkpoint kept beside the mirror saw past the database's end; lines of any other shape (a gap, a
+    line that does not chain, junk) mean the file was edited or the database replaced.
+    """
 
     def __init__(self, data: bytes) -> None:
         self.data = data
-        self.torn = bool(data) and not data.endswith(b"\n")
         self.lines = [line for line in data.split(b"\n") if line.strip()]
+        torn = bool(self.lines) and not data.endswith(b"\n") and line_seq(self.lines[-1]) is None
+        self.whole = self.lines[:-1] if torn else self.lines
 
-    def rolled_back_append(self, size: int) -> bool:
-        """Whether this is the one line an append that rolled back (or was torn by a crash) leaves."""
-        if len(self.lines) != 1:
-            return False
-        seq = line_seq(self.lines[0])
-        return seq == size + 1 or (seq is None and self.torn)
+    def continues(self, size: int, mac: str) -> bool:
+        """Whether the lines continue the chain from event `size` (of MAC `mac`), one after another."""
+        seq, prev_mac = size + 1, mac
+        for raw in self.whole:  # a line's "mac" is the next line's "prev_mac", whatever its type
+            try:
+                line = json.loads(raw)
+            except ValueError:
+                return False
+            if not isinstance(line, dict) or line.get("seq") != seq or line.get("prev_mac") != prev_mac:
+                return False
+            seq, prev_mac = seq + 1, str(line.get("mac"))
+        return True
 
-    def problem(self, size: int) -> str | None:
-        """What is wrong with the lines past event `size`, or None when there is nothing or one leftover."""
-        if not self.lines or self.rolled_back_append(size):
+    def problem(self, size: int, mac: str, kept_size: Callable[[], int]) -> str | None:
+        """What is wrong with the lines past event `size`, or None when there are none or they are what
+        appends that rolled back leave. `kept_size()` is the size the kept checkpoint saw (0 if none)."""
+        if not self.lines:
             return None
+        if self.continues(size, mac):
+            kept = kept_size()
+            if kept <= size:
+                return None
+            return (
+                f"holds events {size + 1}..{size + len(self.whole)} past the database's last event {size}, and "
+                f"the checkpoint kept beside it saw {kept}: the database was rolled back (an old backup restored) "
+                "or its tail deleted"
+            )
         numbered = [seq for seq in map(line_seq, self.lines) if seq is not None]
         events = f" (events {min(numbered)}..{max(numbered)})" if numbered else ""
         return (
-            f"holds {len(self.lines)} lines past the database's last event {size}{events}: the database was "
-            "rolled back (an old backup restored) or its tail deleted, or the file was edited"
+            f"holds {len(self.lines)} lines past the database's last event {size}{events} that do not continue "
+            "its chain: the database was rolled back or replaced, or the file was edited"
         )
 
 

@@ -22,6 +22,7 @@ import math
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -30,7 +31,7 @@ from django.utils import timezone
 
 from audit import kept, keys, merkle
 from audit.checkpoint import Checkpoint, CheckpointError, parse_and_verify, sign, verifier_key_string
-from audit.mirror import Mirror, MirrorError
+from audit.mirror import Mirror, MirrorError, Past
 from audit.models import AuditCheckpoint, AuditEvent, AuditTreeNode, EventKind
 from forge_core.canonical import canonical_json
 from forge_core.errors import AuditUnavailable
@@ -202,11 +203,16 @@ def lock_chain() -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CHAIN_LOCK_ID])
 
 
-def _append(event: AuditEvent) -> AuditEvent:
+def chain_head() -> tuple[int, str]:
+    """The last event's seq and MAC (0 and the genesis MAC for an empty log)."""
     with connection.cursor() as cursor:
         cursor.execute(_last_row_sql())
         last = cursor.fetchone()
-    size, event.prev_mac = (last[0], last[1]) if last else (0, GENESIS_MAC)
+    return (last[0], last[1]) if last else (0, GENESIS_MAC)
+
+
+def _append(event: AuditEvent) -> AuditEvent:
+    size, event.prev_mac = chain_head()
     event.seq = size + 1
     body = row_body(event)
     event.mac = compute_mac(event.prev_mac, body)
@@ -227,11 +233,25 @@ def _append(event: AuditEvent) -> AuditEvent:
                 for lv, i, h in nodes
             ],
         )
-    Mirror(settings.FORGE_AUDIT_LOG).append(event.seq, line, committed_lines)
+    Mirror(settings.FORGE_AUDIT_LOG).append(event.seq, line, event.prev_mac, committed_lines, kept_size)
     every = settings.FORGE_AUDIT_CHECKPOINT_EVENTS
     if every and event.seq % every == 0:
         _store_checkpoint(event.seq)
     return event
+
+
+def kept_size() -> int:
+    """The size the checkpoint kept beside the mirror saw: 0 when none is kept or it is not one we signed."""
+    saved = kept.read_kept(settings.FORGE_AUDIT_LOG)
+    return (signed_size(saved.note) or 0) if saved is not None else 0
+
+
+def past_the_end(mirror_path: Path) -> tuple[int, Past, str | None]:
+    """The database's last event, what the mirror holds past it, and what is wrong with that (None when
+    nothing is, or it is what appends that rolled back leave). Hold the chain lock for a settled answer."""
+    size, mac = chain_head()
+    past = Mirror(mirror_path).past(size)
+    return size, past, past.problem(size, mac, kept_size)
 
 
 def committed_lines(first: int, last: int) -> list[str]:

@@ -32,9 +32,9 @@ from audit.services import (
     compute_mac,
     event_line,
     lock_chain,
+    past_the_end,
     row_body,
     signed_checkpoint,
-    tree_size,
 )
 
 CHUNK = 2000
@@ -124,16 +124,18 @@ def verify_log(mirror_path: Path | None, against: Sequence[SavedCheckpoint] = ()
 
 
 def _check_past_the_end(report: Report, mirror: Mirror) -> Report:
-    """Lines past the database's end, with appends held off: one rolled-back append's line, or lost events."""
+    """Lines past the database's end, with appends held off: appends that rolled back, or lost events."""
     with transaction.atomic():
         lock_chain()
-        size = tree_size()
-        past = mirror.past(size)
-    problem = past.problem(size)
+        size, past, problem = past_the_end(mirror.path)
     if problem is not None:
         return Report(report.events, 0, Finding(size + 1, f"the mirror {problem}"))
     if past.lines:
-        note = f"the mirror's last line is an append that rolled back (the next append moves it to {mirror.rolled_back_path.name})"
+        note = (
+            f"the mirror holds {len(past.lines)} lines past the database's last event {size} that continue its "
+            f"chain: appends that rolled back, which the next append moves to {mirror.rolled_back_path.name} "
+            "(or events lost since the last kept checkpoint)"
+        )
         return Report(report.events, report.checkpoints, None, (*report.notes, note))
     return report
 
@@ -271,8 +273,7 @@ def rebuild_mirror(mirror_path: Path) -> int:
     that is left of events the database lost, and only an operator may move them aside.
     """
     mirror = Mirror(mirror_path)
-    size = tree_size()
-    problem = mirror.past(size).problem(size)
+    _, _, problem = past_the_end(mirror_path)
     if problem is not None:
         raise MirrorError(f"{mirror_path} {problem}; move it aside (keep it as evidence), then rebuild")
     events = AuditEvent.objects.order_by("seq").iterator(chunk_size=CHUNK)

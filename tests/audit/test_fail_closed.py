@@ -130,15 +130,17 @@ def test_a_mirror_that_lacks_committed_lines_is_filled_in_by_the_next_append(mir
 
 
 @pytest.mark.django_db
-def test_a_line_left_by_a_rolled_back_append_is_moved_aside_by_the_next_one_not_lost(mirror_path):
+def test_lines_left_by_a_rolled_back_transaction_are_moved_aside_by_the_next_append_not_lost(mirror_path):
     append_events(2)
     with pytest.raises(RuntimeError), transaction.atomic():
         record(EventKind.TOOL_CALL, tool="test.rolled_back")
-        left = mirror_lines(mirror_path)[2]
-        raise RuntimeError("the action failed after its audit row was written")
+        record(EventKind.TOOL_CALL, tool="test.rolled_back_too")
+        left = mirror_lines(mirror_path)[2:]
+        raise RuntimeError("the action failed after its audit rows were written")
     assert audit_verify().strip() == (
-        "ok 2 events, 0 checkpoints; the mirror's last line is an append that rolled back "
-        "(the next append moves it to audit.jsonl.rolled-back)"
+        "ok 2 events, 0 checkpoints; the mirror holds 2 lines past the database's last event 2 that continue its "
+        "chain: appends that rolled back, which the next append moves to audit.jsonl.rolled-back (or events lost "
+        "since the last kept checkpoint)"
     )
 
     record(EventKind.TOOL_CALL, tool="test.after")
@@ -146,4 +148,4 @@ def test_a_line_left_by_a_rolled_back_append_is_moved_aside_by_the_next_one_not_
     lines = mirror_lines(mirror_path)
     assert lines == [event_line(event) for event in AuditEvent.objects.all()]
     assert "test.rolled_back" not in "".join(lines)
-    assert mirror_lines(mirror_path.with_name("audit.jsonl.rolled-back")) == [left]
+    assert mirror_lines(mirror_path.with_name("audit.jsonl.rolled-back")) == left

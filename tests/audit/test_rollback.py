@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import stat
 
 import pytest
@@ -168,40 +169,72 @@ def test_a_database_behind_the_kept_checkpoint_is_reported_by_the_start_up_check
 # --- mirror lines past the database's end ----------------------------------------------------------
 
 
-def test_mirror_lines_past_the_database_end_are_reported_by_audit_verify_and_the_start_up_check(
+def test_mirror_lines_past_the_database_end_that_the_kept_checkpoint_saw_are_reported_by_the_start_up_check(
     signed_log, mirror_path
 ):
-    kept_path(mirror_path).unlink()
     cut_the_log_back_to(KEPT)
 
-    failure = audit_verify_failure()
+    messages = audit_check_messages()
 
-    past = f"holds {SIGNED - KEPT} lines past the database's last event {KEPT} (events {KEPT + 1}..{SIGNED})"
-    assert failure.message.startswith(f"event {KEPT + 1}: the mirror {past}: the database was rolled back")
-    assert audit_check_messages()["audit.E002"].startswith(f"The audit mirror {mirror_path} {past}")
+    assert messages["audit.E002"].startswith(
+        f"The audit mirror {mirror_path} holds events {KEPT + 1}..{SIGNED} past the database's last event {KEPT}, "
+        f"and the checkpoint kept beside it saw {SIGNED}: the database was rolled back"
+    )
 
 
-def test_the_next_append_refuses_to_cut_off_mirror_lines_past_the_database_end(signed_log, mirror_path):
-    kept_path(mirror_path).unlink()
+def test_the_next_append_refuses_to_cut_off_mirror_lines_past_the_database_end_that_the_kept_checkpoint_saw(
+    signed_log, mirror_path
+):
     cut_the_log_back_to(KEPT)
     lines = mirror_lines(mirror_path)
 
-    with pytest.raises(AuditUnavailable, match=f"holds {SIGNED - KEPT} lines past the database's last event {KEPT}"):
+    with pytest.raises(AuditUnavailable, match=f"holds events {KEPT + 1}..{SIGNED} past the database's last event"):
         record(EventKind.TOOL_CALL, tool="test.after_the_restore")
 
     assert mirror_lines(mirror_path) == lines
     assert AuditEvent.objects.count() == KEPT
 
 
-def test_rebuild_mirror_refuses_to_drop_mirror_lines_past_the_database_end(signed_log, mirror_path):
-    kept_path(mirror_path).unlink()
+def test_mirror_lines_past_the_database_end_that_no_checkpoint_saw_are_named_and_moved_aside_not_lost(mirror_path):
+    append_events(SIGNED)
     cut_the_log_back_to(KEPT)
     lines = mirror_lines(mirror_path)
 
-    failure = audit_verify_failure("--rebuild-mirror")
+    assert audit_verify().strip() == (
+        f"ok {KEPT} events, 0 checkpoints; the mirror holds {SIGNED - KEPT} lines past the database's last event "
+        f"{KEPT} that continue its chain: appends that rolled back, which the next append moves to "
+        "audit.jsonl.rolled-back (or events lost since the last kept checkpoint)"
+    )
+    event = record(EventKind.TOOL_CALL, tool="test.after")
 
-    assert failure.message.startswith(f"{mirror_path} holds {SIGNED - KEPT} lines past the database's last event")
-    assert failure.message.endswith("move it aside (keep it as evidence), then rebuild")
+    assert event.seq == KEPT + 1
+    assert mirror_lines(mirror_path) == [*lines[:KEPT], mirror_lines(mirror_path)[KEPT]]
+    assert mirror_lines(mirror_path.with_name("audit.jsonl.rolled-back")) == lines[KEPT:]
+
+
+def test_mirror_lines_past_the_database_end_that_do_not_continue_its_chain_stop_appends_and_fail_the_checks(
+    mirror_path,
+):
+    append_events(KEPT)
+    stray = '{"seq": 9, "kind": "tool_call"}'
+    lines = [*mirror_lines(mirror_path), stray]
+    mirror_path.write_text("".join(f"{line}\n" for line in lines))
+    past = f"holds 1 lines past the database's last event {KEPT} (events 9..9) that do not continue its chain"
+
+    with pytest.raises(AuditUnavailable, match=re.escape(past)):
+        record(EventKind.TOOL_CALL, tool="test.after_the_edit")
+
+    assert mirror_lines(mirror_path) == lines
+    assert (
+        audit_verify_failure().message
+        == f"event {KEPT + 1}: the mirror has a line past the log's end (line {KEPT + 1})"
+    )
+    assert audit_check_messages()["audit.E002"].startswith(f"The audit mirror {mirror_path} {past}")
+    rebuild = audit_verify_failure("--rebuild-mirror")
+    assert (
+        rebuild.message == f"{mirror_path} {past}: the database was rolled back or replaced, or the file was "
+        "edited; move it aside (keep it as evidence), then rebuild"
+    )
     assert mirror_lines(mirror_path) == lines
 
 
