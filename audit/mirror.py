@@ -202,9 +202,14 @@ class Past:
         numbered = [seq for seq in map(line_seq, self.lines) if seq is not None]
         events = f" (events {min(numbered)}..{max(numbered)})" if numbered else ""
         return (
-            f"holds {len(self.lines)} lines past the database's last event {size}{events} that do not continue "
+            f"holds {counted(len(self.lines), 'line')} past the database's last event {size}{events} that do not continue "
             "its chain: the database was rolled back or replaced, or the file was edited"
         )
+
+
+def counted(number: int, noun: str) -> str:
+    """`1 line`, `2 lines`: a count in a sentence."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def line_seq(raw: bytes) -> int | None:

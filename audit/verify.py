@@ -24,7 +24,7 @@ from django.db import connection, transaction
 from audit import keys, merkle
 from audit.checkpoint import Checkpoint, CheckpointError, parse_and_verify
 from audit.kept import SavedCheckpoint, kept_path, read_kept
-from audit.mirror import Mirror, MirrorError
+from audit.mirror import Mirror, MirrorError, counted
 from audit.models import AuditCheckpoint, AuditEvent, AuditTreeNode
 from audit.services import (
     GENESIS_MAC,
@@ -132,7 +132,7 @@ def _check_past_the_end(report: Report, mirror: Mirror) -> Report:
         return Report(report.events, 0, Finding(size + 1, f"the mirror {problem}"))
     if past.lines:
         note = (
-            f"the mirror holds {len(past.lines)} lines past the database's last event {size} that continue its "
+            f"the mirror holds {counted(len(past.lines), 'line')} past the database's last event {size} that continue its "
             f"chain: appends that rolled back, which the next append moves to {mirror.rolled_back_path.name} "
             "(or events lost since the last kept checkpoint)"
         )
@@ -162,7 +162,9 @@ def _verify_snapshot(mirror_path: Path | None, saved: Sequence[tuple[SavedCheckp
         return Report(count, 0, Finding(count + 1, "the tree has a leaf for this event but the log has no row for it"))
     nodes, expected_nodes = AuditTreeNode.objects.count(), 2 * count - count.bit_count()
     if nodes != expected_nodes:
-        beyond = f"the tree holds {nodes - expected_nodes} nodes over events past the log's last event {count}"
+        beyond = (
+            f"the tree holds {counted(nodes - expected_nodes, 'node')} over events past the log's last event {count}"
+        )
         return Report(count, 0, Finding(count + 1, f"{beyond}: its tail was deleted"))
     for source, signed in saved:
         finding = _check_saved(source, signed, count, roots.get(signed.size))

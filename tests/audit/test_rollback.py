@@ -219,7 +219,7 @@ def test_mirror_lines_past_the_database_end_that_do_not_continue_its_chain_stop_
     stray = '{"seq": 9, "kind": "tool_call"}'
     lines = [*mirror_lines(mirror_path), stray]
     mirror_path.write_text("".join(f"{line}\n" for line in lines))
-    past = f"holds 1 lines past the database's last event {KEPT} (events 9..9) that do not continue its chain"
+    past = f"holds 1 line past the database's last event {KEPT} (events 9..9) that do not continue its chain"
 
     with pytest.raises(AuditUnavailable, match=re.escape(past)):
         record(EventKind.TOOL_CALL, tool="test.after_the_edit")
@@ -266,5 +266,5 @@ def test_tree_nodes_left_over_events_past_the_log_end_are_found_by_audit_verify(
     failure = audit_verify_failure("--no-mirror")
 
     assert failure.message == (
-        "event 6: the tree holds 1 nodes over events past the log's last event 5: its tail was deleted"
+        "event 6: the tree holds 1 node over events past the log's last event 5: its tail was deleted"
     )
