@@ -296,6 +296,50 @@ async def test_stage_answers_the_findings_its_batch_leaves(client):
     ]
 
 
+async def test_change_group_describe_pages_its_operations_with_a_cursor(client):
+    group_id = await client.begin()
+    await client.stage(group_id, [add(f"Extra{index}") for index in range(5)])
+
+    first = await client.answer("change_group.describe", {"group_id": group_id, "limit": 2})
+    second = await client.answer(
+        "change_group.describe", {"group_id": group_id, "limit": 2, "cursor": first["next_cursor"]}
+    )
+    forged = await client.call("change_group.describe", {"group_id": group_id, "cursor": "not-a-cursor"})
+
+    assert [op["operation"]["name"] for op in first["operations"] + second["operations"]] == [
+        "Extra0",
+        "Extra1",
+        "Extra2",
+        "Extra3",
+    ]
+    assert (first["operations_total"], second["next_cursor"] is not None) == (5, True)
+    assert forged.error_code == INVALID_PARAMS
+
+
+async def test_a_batch_past_the_staged_cap_is_refused_naming_the_cap(client, settings):
+    settings.FORGE_MAX_STAGED_PER_GROUP = 2
+    group_id = await client.begin()
+    await client.stage(group_id, [add("Extra1")])
+
+    refused = await client.refusal(
+        "change_group.stage",
+        {
+            "group_id": group_id,
+            "operations": [add("Extra2"), add("Extra3")],
+            "expected_working_revision": 2,
+            **await _generation(client),
+        },
+    )
+
+    assert (refused["error"], refused["setting"], refused["limit"]) == (
+        "FORGE_ERR_LIMIT_REACHED",
+        "FORGE_MAX_STAGED_PER_GROUP",
+        2,
+    )
+    assert "FORGE_MAX_STAGED_PER_GROUP" in refused["message"]
+    assert (await stored())[2] == 1
+
+
 async def test_change_group_describe_shows_any_sessions_group_with_its_findings(client, other_client):
     group_id = await other_client.begin("Theirs")
     await other_client.stage(group_id, [UNDECLARED_BODY])
@@ -539,7 +583,9 @@ async def _staged_group(client: Client) -> str:
     return group_id
 
 
-@pytest.mark.parametrize("group_id", ["", "not-a-uuid", "x" * 64, "{12345678-1234"], ids=["empty", "word", "long", "brace"])
+@pytest.mark.parametrize(
+    "group_id", ["", "not-a-uuid", "x" * 64, "{12345678-1234"], ids=["empty", "word", "long", "brace"]
+)
 @pytest.mark.parametrize("tool", [t for t in MODIFYING if t != "change_group.begin"])
 async def test_a_group_id_that_is_not_a_uuid_is_not_found_and_stores_nothing(client, tool, group_id):
     await _staged_group(client)
