@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
-from django.db.models import F, QuerySet
+from django.db.models import F
 from django.utils import timezone
 
 from access.models import AccessRequest, AccessState, ClientToken, McpSession
@@ -24,6 +24,7 @@ from audit.services import record
 from forge_core.errors import Refusal
 from forge_core.live import notify_console
 from projects.models import Project
+from projects.rights import can_grant
 
 OPEN_STATES = (AccessState.PENDING, AccessState.ALLOWED)
 
@@ -57,36 +58,6 @@ class AccessAlreadyDecided(AccessDecisionRefused):
     """The request is no longer in the state the decision needs."""
 
     code, status = "FORGE_ERR_ACCESS_ALREADY_DECIDED", 409
-
-
-# The checks and decisions take whoever a request comes from, as request.user is typed: the anonymous user
-# holds no permission, so it is refused (and audited) like any other user without one.
-def _has(user: User | AnonymousUser, codename: str, project: Project) -> bool:
-    perm = f"projects.{codename}"
-    return user.is_active and (user.has_perm(perm) or user.has_perm(perm, project))
-
-
-def can_view(user: User | AnonymousUser, project: Project) -> bool:
-    return _has(user, "view_project", project)
-
-
-def can_grant(user: User | AnonymousUser, project: Project) -> bool:
-    return _has(user, "grant_access", project)
-
-
-def can_approve(user: User | AnonymousUser, project: Project) -> bool:
-    """Whether `user` may accept or discard the project's working draft (and approve its changes)."""
-    return _has(user, "approve_change", project)
-
-
-def visible_projects(user: User | AnonymousUser) -> QuerySet[Project]:
-    """The projects this user may ask for, in slug order."""
-    projects = Project.objects.order_by("slug")
-    if user.is_active and user.has_perm("projects.view_project"):
-        return projects
-    from guardian.shortcuts import get_objects_for_user
-
-    return get_objects_for_user(user, "projects.view_project", klass=projects, accept_global_perms=False)
 
 
 def raise_request(token: ClientToken, session: McpSession, project: Project) -> AccessRequest:

@@ -6,7 +6,9 @@ checkpoint with the public key that checks it. The two proofs are served only ag
 checkpoint was signed at, because a root nobody signed proves nothing. Each view parses, authorizes,
 reads the stored tree through `audit.merkle` and serializes; a bad parameter is a 400 that says what to
 send. Who is asking is settled by the authentication classes in settings (a console login, a client
-token through `access.rest`, or an operator token through `console.rest`), so this app imports neither edge.
+token through `access.rest`, or an operator token through `console.rest`), so this app imports neither edge;
+the events are the operator API's (`forge_core.rest.operator_view`: a console login or an operator token,
+never a client token, whoever owns it), the checkpoint and proofs any authenticated caller's.
 """
 
 from __future__ import annotations
@@ -20,17 +22,15 @@ from datetime import UTC, datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
-from rest_framework.decorators import api_view, permission_classes
+from rest_framework.decorators import api_view
 from rest_framework.exceptions import APIException, NotFound
-from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from audit import merkle
 from audit.models import AuditCheckpoint, AuditEvent, EventKind
 from audit.services import DatabaseNodeStore, checkpoint_public_key, event_line
-from forge_core.console import is_operator
-from forge_core.rest import BadParameter, next_page_url, query_parameters, refusal, whole_number
+from forge_core.rest import BadParameter, next_page_url, operator_view, query_parameters, refusal, whole_number
 
 PAGE_SIZE = 50
 MAX_PAGE_SIZE = 200
@@ -44,13 +44,6 @@ class TreeIncomplete(APIException):
     status_code = 503
     default_code = "audit_tree_incomplete"
     default_detail = "The audit tree lacks nodes this proof needs; an operator should run 'manage.py audit_verify'."
-
-
-class IsOperator(BasePermission):
-    message = "Only console operators may read audit events; checkpoints and proofs are open to every client."
-
-    def has_permission(self, request: Request, view: object) -> bool:
-        return is_operator(request.user)
 
 
 # --- documented shapes: the views build these bodies, the serializers describe them in the schema --
@@ -147,8 +140,7 @@ def _sizes(*names_and_descriptions: tuple[str, str]) -> list[OpenApiParameter]:
     ],
     responses={200: EventPage, **REFUSED, 403: refusal("Not a console operator.")},
 )
-@api_view(["GET"])
-@permission_classes([IsOperator])
+@operator_view("GET")
 def events(request: Request) -> Response:
     """Events in sequence order, filtered; `next` is the URL of the following page, or null."""
     params = query_parameters(request, EVENT_PARAMETERS)

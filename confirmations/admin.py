@@ -37,16 +37,19 @@ from confirmations.console import (
 )
 from confirmations.models import ConfirmationState, Contract, ContractState, PendingConfirmation
 from confirmations.services import (
-    DECIDE_PERMISSION,
+    INTEGRITY_MESSAGE,
     RESOLVE_PERMISSION,
     do_approve_confirmation,
     do_deny_confirmation,
     do_resolve_contract,
     do_rollback_contract,
     expire_due,
+    is_authentic,
+    may_decide,
     reconciles,
     reconciliation_evidence,
     tampered_refusal,
+    visible_to,
 )
 from forge_core.console import ReadOnlyModelAdmin, refused, signed_in
 from forge_core.errors import AuditUnavailable, Refusal
@@ -100,6 +103,10 @@ class PendingConfirmationAdmin(MemorableIdSearch, ReadOnlyModelAdmin):
     def expires(self, confirmation: PendingConfirmation) -> str:
         return countdown(confirmation.expires_at, confirmation.state)
 
+    def get_queryset(self, request: HttpRequest):
+        # Only what concerns projects the operator may view: the list, the search and the pages alike.
+        return visible_to(request.user).select_related("principal")
+
     def get_urls(self):
         decide = self.admin_site.admin_view(self.decide_view)
         return [
@@ -129,7 +136,7 @@ class PendingConfirmationAdmin(MemorableIdSearch, ReadOnlyModelAdmin):
             "has_view_permission": True,
             "confirmation": confirmation,
             "pending": confirmation.state == ConfirmationState.PENDING,
-            "may_decide": request.user.has_perm(DECIDE_PERMISSION),
+            "may_decide": may_decide(request.user, confirmation),
             "typed_id_of_key": bool(confirmation.key_memorable_id),
             "countdown": countdown(confirmation.expires_at, confirmation.state),
             "arguments": pretty_json(confirmation.arguments),
@@ -137,6 +144,7 @@ class PendingConfirmationAdmin(MemorableIdSearch, ReadOnlyModelAdmin):
             "outcome": pretty_json(confirmation.outcome) if confirmation.outcome else "",
             "contract": contract,
             "contract_link": contract_link(str(contract.pk), contract.memorable_id) if contract else "",
+            "tampered": "" if is_authentic(confirmation) else INTEGRITY_MESSAGE,
         }
         return TemplateResponse(request, "admin/confirmations/pendingconfirmation/detail.html", context)
 

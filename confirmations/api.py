@@ -43,8 +43,10 @@ from confirmations.services import (
     do_resolve_contract,
     do_rollback_contract,
     expire_due,
+    is_authentic,
     reconciliation_evidence,
     tampered_refusal,
+    visible_to,
 )
 from forge_core.console import signed_in
 from forge_core.errors import AuditUnavailable
@@ -121,6 +123,10 @@ class ConfirmationRow(serializers.ModelSerializer):
 
 class ConfirmationDetail(ConfirmationRow):
     contract = serializers.SerializerMethodField(help_text="The contract it was carried out under, or null.")
+    authentic = serializers.SerializerMethodField(
+        help_text="Whether the record still holds what was sealed when it was made; false means it was edited "
+        "outside Forge and cannot be approved (FORGE_ERR_INTEGRITY)."
+    )
 
     class Meta(ConfirmationRow.Meta):
         fields = [
@@ -133,10 +139,17 @@ class ConfirmationDetail(ConfirmationRow):
             "key_memorable_id",
             "capability",
             "method",
+            "base_fingerprint",
+            "result_digest",
+            "authentic",
             "finished_at",
             "outcome",
             "contract",
         ]
+
+    @extend_schema_field(serializers.BooleanField())
+    def get_authentic(self, confirmation: PendingConfirmation) -> bool:
+        return is_authentic(confirmation)
 
     @extend_schema_field(serializers.UUIDField(allow_null=True))
     def get_contract(self, confirmation: PendingConfirmation) -> str | None:
@@ -284,7 +297,7 @@ def _state_query(states: list[str], what: str) -> list[OpenApiParameter]:
 @operator_view("GET")
 def confirmations(request: Request) -> Response:
     params = query_parameters(request, LIST_PARAMETERS)
-    found = PendingConfirmation.objects.filter(**in_state(params, ConfirmationState.values))
+    found = visible_to(request.user).filter(**in_state(params, ConfirmationState.values))
     _expire_due()
     page, following = page_in_creation_order(
         request, found.select_related("principal", "decided_by"), params, what="a confirmation"
@@ -301,7 +314,7 @@ def confirmations(request: Request) -> Response:
 def confirmation(request: Request, confirmation_id: uuid.UUID) -> Response:
     query_parameters(request, frozenset())
     _expire_due()
-    return Response(ConfirmationDetail(_confirmation(confirmation_id)).data)
+    return Response(ConfirmationDetail(_confirmation(request, confirmation_id)).data)
 
 
 CONFIRMATION_DECIDED = {
@@ -438,8 +451,10 @@ def _no_such(what: str) -> NotFound:
     return NotFound(f"There is no {what} with this id; GET /api/{what}s lists them.", code="not_found")
 
 
-def _confirmation(confirmation_id: uuid.UUID) -> PendingConfirmation:
-    found = PendingConfirmation.objects.select_related("principal", "decided_by").filter(pk=confirmation_id).first()
+def _confirmation(request: Request, confirmation_id: uuid.UUID) -> PendingConfirmation:
+    """The confirmation if the caller may see it (its project); "not found" alike for one it may not."""
+    query = visible_to(request.user).select_related("principal", "decided_by")
+    found = query.filter(pk=confirmation_id).first()
     if found is None:
         raise _no_such("confirmation")
     return found

@@ -252,11 +252,14 @@ def prepare(
     actor: str,
     label: str = "",
     expected_fingerprint: str = "",
+    expected_result: str = "",
     confirmation: PendingConfirmation | None = None,
 ) -> Contract:
     """Record a contract and prepare it against the target as it is now. Returns the PREPARED contract;
-    raises ExecutionRefused (after recording FAILED) when the target drifted or the intent does not apply.
-    The same idempotency key is refused a second time: a confirmed request executes once."""
+    raises ExecutionRefused (after recording FAILED) when the target drifted from `expected_fingerprint`,
+    when the intent does not apply, or when it does not produce the result the operator reviewed
+    (`expected_result`, the fingerprint of the previewed bytes). The same idempotency key is refused a
+    second time: a confirmed request executes once."""
     adapter = authorize(capability_name, capability(capability_name).target_kind, method)
     identity_json = sealing.canonical_json(adapter.identity(target))
     intent_json = sealing.canonical_json(intent)
@@ -293,6 +296,10 @@ def prepare(
         if expected_fingerprint and observed.fingerprint != expected_fingerprint:
             raise ExecutionRefused("target_drift", "the target changed after the preview was made; nothing was written")
         result = adapter.forward(identity, method, observed.content, intent)
+        if expected_result and adapter.fingerprint(result) != expected_result:
+            raise ExecutionRefused(
+                "integrity", "the change no longer produces the bytes the operator reviewed; nothing was written"
+            )
     except ExecutionRefused as refused:
         refusal = refused
     with transaction.atomic():

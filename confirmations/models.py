@@ -18,6 +18,7 @@ from django.db import models
 
 from caretaker.fingerprint import memorable_id
 from confirmations.sealing import digest
+from forge_core.canonical import canonical_json
 
 
 class TransitionRefused(Exception):
@@ -64,6 +65,9 @@ class PendingConfirmation(models.Model):
     target = models.JSONField(default=dict)
     intent = models.JSONField(default=dict)
     base_fingerprint = models.CharField(max_length=64, blank=True, help_text="The target as the preview saw it.")
+    result_digest = models.CharField(
+        max_length=64, blank=True, help_text="The SHA-256 of the bytes the preview showed (the result to be written)."
+    )
     label = models.CharField(max_length=200, blank=True)
     state = models.CharField(
         max_length=20, choices=ConfirmationState.choices, default=ConfirmationState.PENDING, db_index=True
@@ -76,6 +80,11 @@ class PendingConfirmation(models.Model):
     decided_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     outcome = models.JSONField(default=dict, blank=True, help_text="The result, or the refusal, once known.")
+    # HMACs with a key kept outside the database (`sealing`): `seal` over what the operator reviews, made
+    # when the confirmation is created; `decision_seal` over that and the approval, made when an operator
+    # approves. The executor recomputes both, so a record edited after review does not execute.
+    seal = models.CharField(max_length=64, blank=True)
+    decision_seal = models.CharField(max_length=64, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -93,6 +102,38 @@ class PendingConfirmation(models.Model):
     def check_transition(current: str, to: str) -> None:
         if to not in CONFIRMATION_TRANSITIONS.get(current, frozenset()):
             raise TransitionRefused(f"a confirmation cannot go from {current} to {to}")
+
+    def review_parts(self) -> dict[str, Any]:
+        """What an operator reviews and what would be carried out, as `seal` covers it: the operations and
+        the preview by digest, the base and the result by fingerprint."""
+        return {
+            "confirmation": str(self.id),
+            "tool": self.tool,
+            "arguments_digest": self.arguments_digest,
+            "question": self.question,
+            "preview": digest(canonical_json(self.preview).encode()),
+            "requires_typed_id": self.requires_typed_id,
+            "key_memorable_id": self.key_memorable_id,
+            "session_id": self.session_id,
+            "principal": self.principal_id,
+            "project": self.project,
+            "capability": self.capability,
+            "method": self.method,
+            "target": digest(canonical_json(self.target).encode()),
+            "operations": digest(canonical_json(self.intent).encode()),
+            "base_fingerprint": self.base_fingerprint,
+            "result_digest": self.result_digest,
+            "expires_at": self.expires_at.isoformat(),
+        }
+
+    def decision_parts(self) -> dict[str, Any]:
+        """What `decision_seal` covers: the reviewed record and who approved it when."""
+        return {
+            **self.review_parts(),
+            "decision": "approved",
+            "decided_by": self.decided_by_id,
+            "decided_at": self.decided_at.isoformat() if self.decided_at else "",
+        }
 
 
 class ContractState(models.TextChoices):

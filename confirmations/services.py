@@ -20,9 +20,10 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import User
+from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from audit.models import EventKind
@@ -36,6 +37,7 @@ from confirmations.models import (
     ContractState,
     PendingConfirmation,
 )
+from forge_core import rights
 from forge_core.canonical import canonical_json
 from forge_core.capabilities import sentence
 from forge_core.errors import Refusal
@@ -84,12 +86,15 @@ def do_create_confirmation(
     target: Mapping[str, Any],
     intent: Mapping[str, Any],
     base_fingerprint: str,
+    result_digest: str,
     label: str,
     requires_typed_id: bool = False,
     key_memorable_id: str = "",
 ) -> PendingConfirmation:
-    """Suspend a mutation until an operator decides; the console hears of it at once."""
-    confirmation = PendingConfirmation.objects.create(
+    """Suspend a mutation until an operator decides; the console hears of it at once. The record is sealed
+    as it is created: what the operator will review (question, preview, operations, the base and the
+    result by fingerprint) cannot be changed afterwards without the approval being refused."""
+    confirmation = PendingConfirmation(
         tool=tool,
         arguments=dict(arguments),
         arguments_digest=arguments_digest(arguments),
@@ -107,9 +112,12 @@ def do_create_confirmation(
         target=dict(target),
         intent=dict(intent),
         base_fingerprint=base_fingerprint,
+        result_digest=result_digest,
         label=label[:200],
         expires_at=timezone.now() + expiry_for(tool),
     )
+    confirmation.seal = sealing.mac(confirmation.review_parts())
+    confirmation.save(force_insert=True)
     _audit(confirmation, EventKind.CONFIRMATION_CREATED, "pending", called_by=principal.get_username())
     notify_console("confirmations")
     return confirmation
@@ -159,7 +167,7 @@ def _found(confirmation_id: Any, query=None) -> PendingConfirmation:
     try:
         return (query if query is not None else PendingConfirmation.objects).get(pk=confirmation_id)
     except (PendingConfirmation.DoesNotExist, ValueError, TypeError, ValidationError):
-        raise DecisionRefused("not_found", "There is no such pending confirmation.", status=404) from None
+        raise DecisionRefused(*NOT_FOUND, status=404) from None
 
 
 def _expire_if_due(confirmation: PendingConfirmation, actor: str) -> bool:
@@ -182,23 +190,68 @@ def expire_due(*, actor: str = "expiry") -> int:
     return count
 
 
-def _require_decider(confirmation_id: Any, user: User, choice: str) -> None:
-    """Refuse (and audit, in its own transaction) a decision by a user without decide_confirmation."""
-    if user.has_perm(DECIDE_PERMISSION):
-        return
+def visible_to(user: User | AnonymousUser) -> QuerySet[PendingConfirmation]:
+    """The confirmations `user` may see: those on projects it may view, and those on no project."""
+    slugs = rights.visible_slugs(user)
+    found = PendingConfirmation.objects.all()
+    return found if slugs is None else found.filter(Q(project="") | Q(project__in=slugs))
+
+
+def may_see(user: User | AnonymousUser, confirmation: PendingConfirmation) -> bool:
+    return not confirmation.project or rights.can_view(user, confirmation.project)
+
+
+def visible(user: User | AnonymousUser, confirmation_id: Any) -> PendingConfirmation:
+    """The confirmation with this id if `user` may see it; "not found" alike for one it may not."""
     confirmation = _found(confirmation_id)
+    if not may_see(user, confirmation):
+        raise DecisionRefused(*NOT_FOUND, status=404)
+    return confirmation
+
+
+def may_decide(user: User | AnonymousUser, confirmation: PendingConfirmation) -> bool:
+    """Whether `user` may approve or deny it: decide_confirmation, and approve_change on its project."""
+    return user.has_perm(DECIDE_PERMISSION) and (
+        not confirmation.project or rights.can_approve(user, confirmation.project)
+    )
+
+
+NOT_FOUND = ("not_found", "There is no such pending confirmation.")
+
+
+def _require_decider(confirmation_id: Any, user: User, choice: str) -> None:
+    """Refuse (and audit, in its own transaction) a decision by a user who may not see the confirmation's
+    project (refused as not found, as if it did not exist), who lacks decide_confirmation, or who may not
+    approve changes to its project."""
+    confirmation = _found(confirmation_id)
+    if not may_see(user, confirmation):
+        outcome, refusal = "project not visible", DecisionRefused(*NOT_FOUND, status=404)
+    elif not user.has_perm(DECIDE_PERMISSION):
+        outcome, refusal = (
+            "without permission",
+            DecisionRefused(
+                "permission_denied",
+                "You may not decide confirmations; ask an administrator for the decide_confirmation permission.",
+                status=403,
+            ),
+        )
+    elif not may_decide(user, confirmation):
+        outcome, refusal = (
+            "without approve_change",
+            DecisionRefused(
+                "permission_denied",
+                f"You may not decide changes to project {confirmation.project}: that needs the approve_change "
+                "permission on it; ask an administrator.",
+                status=403,
+            ),
+        )
+    else:
+        return
     with transaction.atomic():
         _audit(
-            confirmation,
-            EventKind.CONFIRMATION_DECIDED,
-            f"refused: {choice} without permission",
-            called_by=user.get_username(),
+            confirmation, EventKind.CONFIRMATION_DECIDED, f"refused: {choice} {outcome}", called_by=user.get_username()
         )
-    raise DecisionRefused(
-        "permission_denied",
-        "You may not decide confirmations; ask an administrator for the decide_confirmation permission.",
-        status=403,
-    )
+    raise refusal
 
 
 EXPIRED_REFUSAL = ("expired", "This confirmation expired before it was decided; the client must ask again.")
@@ -245,6 +298,7 @@ def do_approve_confirmation(confirmation_id: Any, *, acting_user: User, typed_id
     failed (with its outcome). Refused, with nothing changed, when not pending, expired or not allowed."""
 
     def approve(confirmation: PendingConfirmation) -> None:
+        require_authentic(confirmation)
         if confirmation.requires_typed_id and normalize_typed_id(typed_id) != (
             confirmation.key_memorable_id or confirmation.memorable_id
         ):
@@ -253,14 +307,65 @@ def do_approve_confirmation(confirmation_id: Any, *, acting_user: User, typed_id
                 "Type the memorable ID shown with the confirmation exactly to approve it.",
                 status=400,
             )
-        _move(confirmation, C.APPROVED, decided_by=acting_user, decided_at=timezone.now())
+        confirmation.decided_by, confirmation.decided_at = acting_user, timezone.now()
+        confirmation.decision_seal = sealing.mac(confirmation.decision_parts())
+        _move(confirmation, C.APPROVED)
         _audit(confirmation, EventKind.CONFIRMATION_DECIDED, "approved", called_by=acting_user.get_username())
 
-    confirmation = _decide(confirmation_id, acting_user, "approve", approve)
+    try:
+        confirmation = _decide(confirmation_id, acting_user, "approve", approve)
+    except DecisionRefused as refusal:
+        if refusal.reason == "integrity":
+            with transaction.atomic():
+                _audit(
+                    _found(confirmation_id),
+                    EventKind.CONFIRMATION_DECIDED,
+                    "refused: integrity",
+                    called_by=acting_user.get_username(),
+                )
+        raise
     return _carry_out(confirmation, acting_user.get_username())
 
 
+INTEGRITY_MESSAGE = (
+    "This confirmation's record no longer matches what was sealed when it was made (it was edited outside Forge), "
+    "so it cannot be approved; deny it, and compare the database with a backup."
+)
+
+
+def is_authentic(confirmation: PendingConfirmation) -> bool:
+    """Whether the record still holds what was sealed when it was made: what the console shows is what the
+    client proposed, and what approval would carry out."""
+    try:
+        sealing.check_mac(confirmation.review_parts(), confirmation.seal, f"confirmation {confirmation.id}")
+    except sealing.ContractTampered:
+        return False
+    return True
+
+
+def require_authentic(confirmation: PendingConfirmation) -> None:
+    if not is_authentic(confirmation):
+        raise DecisionRefused("integrity", INTEGRITY_MESSAGE, status=409)
+
+
+def _approved_as_sealed(confirmation: PendingConfirmation) -> PendingConfirmation | None:
+    """The approved record read again, if it still holds exactly what the operator reviewed and approved;
+    None when anything under the decision's seal was changed since."""
+    stored = _found(confirmation.pk)
+    try:
+        sealing.check_mac(stored.decision_parts(), stored.decision_seal, f"the approval of {stored.id}")
+    except sealing.ContractTampered:
+        return None
+    return stored
+
+
 def _carry_out(confirmation: PendingConfirmation, actor: str) -> PendingConfirmation:
+    """Hand the approved change to the executor exactly as it was sealed: the record is read again and its
+    decision seal checked, and the executor refuses a result whose bytes differ from the ones previewed."""
+    sealed = _approved_as_sealed(confirmation)
+    if sealed is None:
+        return _finish(confirmation, None, refusal_reason="integrity")
+    confirmation = sealed
     approval = {
         "authority": "forge-console",
         "approver": actor,
@@ -278,6 +383,7 @@ def _carry_out(confirmation: PendingConfirmation, actor: str) -> PendingConfirma
             actor=actor,
             label=confirmation.label,
             expected_fingerprint=confirmation.base_fingerprint,
+            expected_result=confirmation.result_digest,
             confirmation=confirmation,
         )
         contract = executor.execute(
@@ -353,6 +459,11 @@ REFUSALS = {
         "FORGE_ERR_TARGET_DRIFT",
         "The project changed after this change was previewed, so it was not written. Read the project again "
         "and propose the change anew.",
+    ),
+    "integrity": (
+        "FORGE_ERR_INTEGRITY",
+        "The stored change no longer matches what the operator reviewed (it was edited outside Forge), so nothing "
+        "was written. Read the project again and propose the change anew; an operator should check the database.",
     ),
     "reconciliation": (
         "FORGE_ERR_RECONCILIATION",

@@ -27,7 +27,6 @@ from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from access.grants import can_approve, can_view, visible_projects
 from audit.models import EventKind
 from audit.services import record
 from confirmations import executor, sealing
@@ -37,6 +36,7 @@ from projects import drafts, plcopen
 from projects.capability import ACCEPT_DRAFT
 from projects.models import LIVE_GROUP_STATES, ChangeGroup, DraftEvent, Project, StagedOperation, WorkingDraft
 from projects.preview import unified_diff
+from projects.rights import can_approve, can_view, visible_projects
 from projects.services import ProjectUnavailable
 
 if TYPE_CHECKING:
@@ -182,6 +182,7 @@ class DraftReview:
     described: dict[str, Any]  # drafts.describe: added, removed, changed (with fields), truncated
     groups: list[GroupReview]
     updated_at: datetime
+    draft_digest: str  # the SHA-256 of the file the draft would write: what accepting binds
 
 
 def _finding_order(finding: dict[str, str]) -> tuple[bool, bool]:
@@ -195,8 +196,9 @@ def review(project: Project) -> DraftReview:
     materialized = drafts.current(project)
     draft = materialized.draft
     accepted = plcopen.serialize(materialized.accepted)
+    written = plcopen.serialize(materialized.document) if materialized.changed else accepted
     diff, cut = (
-        unified_diff(accepted, plcopen.serialize(materialized.document), materialized.accepted.encoding, project.path)
+        unified_diff(accepted, written, materialized.accepted.encoding, project.path)
         if materialized.changed
         else ("", False)
     )
@@ -221,6 +223,7 @@ def review(project: Project) -> DraftReview:
         described=drafts.describe(project),
         groups=groups,
         updated_at=draft.updated_at,
+        draft_digest=plcopen.fingerprint(written),
     )
 
 
@@ -245,12 +248,22 @@ class Discarded:
     working_revision: int
 
 
-def do_accept_draft(project: Project, *, acting_user: User | AnonymousUser, working_revision: int) -> Accepted:
-    """Accept the whole working draft the operator reviewed at `working_revision`: one contract writes it
-    to the project file and the groups become accepted. DraftDecisionRefused (audited, nothing written)
-    without approve_change, when the draft moved since the review, when it changes nothing, or when the
-    executor refuses (the file changed, another contract holds it, ...)."""
-    return _decided(EventKind.DRAFT_ACCEPTED, project, acting_user, working_revision, _accept)
+def do_accept_draft(
+    project: Project, *, acting_user: User | AnonymousUser, working_revision: int, draft_digest: str
+) -> Accepted:
+    """Accept the whole working draft the operator reviewed at `working_revision`, whose file had the SHA-256
+    `draft_digest` (`DraftReview.draft_digest`): one contract writes exactly those bytes to the project file
+    and the groups become accepted. DraftDecisionRefused (audited, nothing written) without approve_change,
+    when the draft moved since the review, when its operations no longer produce the reviewed bytes (an
+    operation edited outside Forge: FORGE_ERR_INTEGRITY), when it changes nothing, or when the executor
+    refuses (the file changed, another contract holds it, ...)."""
+
+    def accept(project: Project, user: User | AnonymousUser, reviewed: int) -> Accepted:
+        return _accept(project, user, reviewed, draft_digest)
+
+    return _decided(
+        EventKind.DRAFT_ACCEPTED, project, acting_user, working_revision, accept, reviewed_digest=draft_digest
+    )
 
 
 def do_discard_draft(project: Project, *, acting_user: User | AnonymousUser, working_revision: int) -> Discarded:
@@ -265,6 +278,8 @@ def _decided(
     user: User | AnonymousUser,
     reviewed: int,
     decide: Callable[[Project, User | AnonymousUser, int], Result],
+    *,
+    reviewed_digest: str = "",
 ) -> Result:
     try:
         if not can_approve(user, project):
@@ -277,6 +292,8 @@ def _decided(
         return decide(project, user, reviewed)
     except DraftDecisionRefused as refusal:
         arguments: dict[str, Any] = {"reviewed_working_revision": reviewed}
+        if reviewed_digest:
+            arguments["reviewed_draft_digest"] = reviewed_digest
         if refusal.contract is not None:
             arguments |= {"contract": str(refusal.contract.pk), "memorable_id": refusal.contract.memorable_id}
         with transaction.atomic():
@@ -330,7 +347,7 @@ def _working_revision(draft: WorkingDraft) -> int:
     return WorkingDraft.objects.filter(pk=draft.pk).values_list("working_revision", flat=True).get()
 
 
-def _accept(project: Project, user: User | AnonymousUser, reviewed: int) -> Accepted:
+def _accept(project: Project, user: User | AnonymousUser, reviewed: int, reviewed_digest: str) -> Accepted:
     _still_reviewed(project, reviewed)
     try:
         materialized, intent = drafts.acceptance(project)
@@ -347,11 +364,12 @@ def _accept(project: Project, user: User | AnonymousUser, reviewed: int) -> Acce
         "authority": "forge-console",
         "approver": actor,
         "draft_working_revision": draft.working_revision,
+        "draft_digest": reviewed_digest,
         "decided_at": timezone.now().isoformat(),
     }
     contract = None
     try:
-        contract = _prepare(project, draft, intent, approval, actor)
+        contract = _prepare(project, draft, intent, approval, actor, reviewed_digest)
         contract = executor.execute(contract, actor=actor)
     except executor.ExecutionRefused as refused:
         raise _executor_refusal(project, refused.reason, refused.clause, contract) from None
@@ -376,10 +394,16 @@ def _accept(project: Project, user: User | AnonymousUser, reviewed: int) -> Acce
 
 
 def _prepare(
-    project: Project, draft: WorkingDraft, intent: dict[str, Any], approval: dict[str, Any], actor: str
+    project: Project,
+    draft: WorkingDraft,
+    intent: dict[str, Any],
+    approval: dict[str, Any],
+    actor: str,
+    reviewed_digest: str,
 ) -> Contract:
-    """The PREPARED contract; a key already used for this revision (an earlier attempt that wrote nothing,
-    or one running now, which the target's reservation then stops) gets the next attempt's key."""
+    """The PREPARED contract, whose result the executor has checked to be the reviewed bytes; a key already
+    used for this revision (an earlier attempt that wrote nothing, or one running now, which the target's
+    reservation then stops) gets the next attempt's key."""
     key = f"draft:{draft.pk}:{draft.working_revision}"
     for attempt in range(ATTEMPTS):
         try:
@@ -393,6 +417,7 @@ def _prepare(
                 actor=actor,
                 label=f"accept working draft of {project.slug}",
                 expected_fingerprint=draft.base_fingerprint,
+                expected_result=reviewed_digest,
             )
         except executor.ExecutionRefused as refused:
             if refused.reason != "duplicate":
@@ -420,6 +445,11 @@ EXECUTOR_REFUSALS: dict[str, tuple[str, str]] = {
         "target_missing",
         "The project file cannot be found or read ({detail}); nothing was written. Restore it, then review the "
         "draft again.",
+    ),
+    "integrity": (
+        "integrity",
+        "The draft's operations no longer produce the file you reviewed (they were changed outside Forge after "
+        "the review), so nothing was written. Review the draft again, and compare the database with a backup.",
     ),
     "reconciliation": (
         "reconciliation",

@@ -17,8 +17,6 @@ an operator token; a client token is refused.
 
 from __future__ import annotations
 
-from typing import Any
-
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from pydantic import BaseModel, ConfigDict, Field
@@ -136,6 +134,9 @@ class DraftDetail(serializers.Serializer):
     describe = Described(source="described")
     groups = GroupRow(many=True)
     updated_at = serializers.DateTimeField()
+    draft_digest = serializers.CharField(
+        help_text="The SHA-256 of the file accepting would write; send it back with working_revision to accept."
+    )
 
 
 class DraftAccepted(serializers.Serializer):
@@ -161,6 +162,15 @@ class Reviewed(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     working_revision: int = Field(ge=0, description="The draft's working_revision as the operator reviewed it.")
+
+
+class ReviewedForAcceptance(Reviewed):
+    """The body of POST /api/drafts/{slug}/accept: the revision and the file that were reviewed."""
+
+    draft_digest: str = Field(
+        pattern="^[0-9a-f]{64}$",
+        description="The draft's draft_digest as the operator reviewed it: the SHA-256 of the file accepting writes.",
+    )
 
 
 # --- views -----------------------------------------------------------------------------------------
@@ -215,24 +225,34 @@ def draft(request: Request, slug: str) -> Response:
 
 @extend_schema(
     summary="Accept a working draft",
-    description="Accept the whole draft, as reviewed at `working_revision`: one recovery contract writes it to the "
-    "project file (one atomic replace) and its change groups become accepted, audited with every group's "
-    "provenance. Conflicting operations are left out.",
-    request=Reviewed,
+    description="Accept the whole draft, as reviewed at `working_revision` with the file whose SHA-256 is "
+    "`draft_digest`: one recovery contract writes exactly that file to the project (one atomic replace) and its "
+    "change groups become accepted, audited with every group's provenance. Conflicting operations are left out.",
+    request=ReviewedForAcceptance,
     responses={
         200: DraftAccepted,
         **DECISION_REFUSED,
         409: refusal(
             "Nothing was written: the draft moved since the review (FORGE_ERR_STALE_REVISION), the accepted file "
             "changed (FORGE_ERR_TARGET_DRIFT), another contract holds it (FORGE_ERR_TARGET_BUSY), the draft changes "
-            "nothing (FORGE_ERR_NOTHING_TO_ACCEPT), or the write's outcome awaits reconciliation "
+            "nothing (FORGE_ERR_NOTHING_TO_ACCEPT), its operations no longer produce the reviewed file "
+            "(FORGE_ERR_INTEGRITY), or the write's outcome awaits reconciliation "
             "(FORGE_ERR_RECONCILIATION)."
         ),
     },
 )
 @operator_view("POST", json_body=True)
 def accept(request: Request, slug: str) -> Response:
-    return _decide(request, slug, do_accept_draft, DraftAccepted)
+    project = reviewable(request.user, slug)
+    body = parsed_body(
+        ReviewedForAcceptance,
+        request.data,
+        send='a JSON object {"working_revision": n, "draft_digest": "<sha256 hex>"} (both from GET /api/drafts/<slug>)',
+    )
+    done = do_accept_draft(
+        project, acting_user=request.user, working_revision=body.working_revision, draft_digest=body.draft_digest
+    )
+    return Response(DraftAccepted(done).data)
 
 
 @extend_schema(
@@ -252,11 +272,7 @@ def accept(request: Request, slug: str) -> Response:
 )
 @operator_view("POST", json_body=True)
 def discard(request: Request, slug: str) -> Response:
-    return _decide(request, slug, do_discard_draft, DraftDiscarded)
-
-
-def _decide(request: Request, slug: str, decide, shape: type[serializers.Serializer]) -> Response:
     project = reviewable(request.user, slug)
     body = parsed_body(Reviewed, request.data, send='a JSON object {"working_revision": n}')
-    done: Any = decide(project, acting_user=request.user, working_revision=body.working_revision)
-    return Response(shape(done).data)
+    done = do_discard_draft(project, acting_user=request.user, working_revision=body.working_revision)
+    return Response(DraftDiscarded(done).data)

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.auth.models import AnonymousUser, User
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -25,7 +26,6 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
-from access.grants import can_approve
 from confirmations.console import contract_link, preview_sections
 from console.acceptance import (
     Accepted,
@@ -39,6 +39,8 @@ from console.acceptance import (
 )
 from forge_core.console import refused
 from forge_core.errors import AuditUnavailable
+from projects.models import Project
+from projects.rights import can_approve
 from projects.services import ProjectUnavailable
 
 log = logging.getLogger(__name__)
@@ -98,7 +100,15 @@ class DraftScreens:
         return TemplateResponse(request, "admin/drafts/review.html", context)
 
     def accept_view(self, request: HttpRequest, slug: str) -> HttpResponse:
-        return self._decide(request, slug, "accept", do_accept_draft, accepted_message)
+        def accept(project: Project, *, acting_user: User | AnonymousUser, working_revision: int) -> Accepted:
+            return do_accept_draft(
+                project,
+                acting_user=acting_user,
+                working_revision=working_revision,
+                draft_digest=_reviewed_digest(request),
+            )
+
+        return self._decide(request, slug, "accept", accept, accepted_message)
 
     def discard_view(self, request: HttpRequest, slug: str) -> HttpResponse:
         return self._decide(
@@ -129,6 +139,15 @@ class DraftScreens:
             return HttpResponseRedirect(page)
         messages.success(request, describe(done))
         return HttpResponseRedirect(page)
+
+
+def _reviewed_digest(request: HttpRequest) -> str:
+    text = request.POST.get("draft_digest", "")
+    if len(text) != 64 or not all(c in "0123456789abcdef" for c in text):
+        raise DraftDecisionRefused(
+            "bad_request", "The form did not say which file of the draft you reviewed; review it again.", status=400
+        )
+    return text
 
 
 def _reviewed_revision(request: HttpRequest) -> int:

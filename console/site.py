@@ -29,7 +29,8 @@ from access.hotpath import mcp_enabled
 from access.models import AccessRequest, AccessState, McpSession, ServerState, Transport
 from access.services import do_switch_mcp
 from confirmations.console import confirmation_link
-from confirmations.models import ConfirmationState, Contract, ContractState, PendingConfirmation
+from confirmations.models import ConfirmationState, Contract, ContractState
+from confirmations.services import visible_to
 from console.acceptance import waiting
 from console.draft_screens import DraftScreens
 from console.login_guard import login_failing_closed, logout_failing_closed
@@ -162,7 +163,7 @@ def dashboard(request: HttpRequest) -> Dashboard:
         ),
         # Counted as the confirmations screen shows them, which expires what is due when it is read.
         pending_confirmations=(
-            PendingConfirmation.objects.filter(state=ConfirmationState.PENDING, expires_at__gt=timezone.now()).count()
+            visible_to(user).filter(state=ConfirmationState.PENDING, expires_at__gt=timezone.now()).count()
             if user.has_perm("confirmations.view_pendingconfirmation")
             else None
         ),

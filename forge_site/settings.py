@@ -256,6 +256,8 @@ FORGE_CONFIRM_WAIT_S = envfloat("FORGE_CONFIRM_WAIT_S", 60.0, minimum=0.0)
 FORGE_CONFIRM_PROGRESS_SECONDS = envfloat("FORGE_CONFIRM_PROGRESS_SECONDS", 5.0, minimum=0.05)
 # Capability adapters by dotted path: the executor holds no project or roster logic of its own.
 FORGE_CAPABILITIES = {"project.file": "projects.capability.ProjectFileCapability"}
+# Who may see and decide what concerns a project, for the apps that may not import `projects` (forge_core.rights).
+FORGE_PROJECT_RIGHTS = "projects.rights"
 # The exact (capability, target kind, method) rules the executor may carry out; nothing else, no wildcards.
 FORGE_EXECUTOR_POLICY = frozenset(
     {("project.file", "project_file", "apply_operations"), ("project.file", "project_file", "accept_draft")}

@@ -31,6 +31,7 @@ from access.models import AccessState, McpSession, Transport
 from access.services import find_session
 from forge_core.errors import Refusal
 from mcp_api.jsonrpc import INVALID_PARAMS, RpcError
+from projects import rights
 from projects.models import Project
 
 if TYPE_CHECKING:
@@ -196,7 +197,7 @@ def admit(tool: Tool, ctx: CallContext, arguments: Arguments) -> None:
 def _visible_project(ctx: CallContext, slug: str) -> Project:
     """The project, if this principal may view it; otherwise the same answer as for no such project."""
     project = Project.objects.filter(slug=slug.strip().lower()).first()
-    if project is None or not grants.can_view(ctx.token.owner, project):
+    if project is None or not rights.can_view(ctx.token.owner, project):
         raise Refusal(
             "FORGE_ERR_NOT_FOUND", f"There is no project {slug!r}. Call project.list for the projects you may read."
         )

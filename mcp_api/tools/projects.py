@@ -18,7 +18,7 @@ from access.services import mint_handle
 from mcp_api.protocol import CallContext
 from mcp_api.registry import NEEDS_GRANT, NoArguments, tool
 from mcp_api.tools.common import CURSOR, ProjectArguments, read
-from projects import plcopen, reads
+from projects import plcopen, reads, rights
 
 Limit = Field(default=plcopen.DEFAULT_LIMIT, ge=1, le=plcopen.MAX_LIMIT, description="At most this many items.")
 
@@ -72,7 +72,7 @@ class ExportArguments(ReadArguments):
 @tool("project.list", title="List projects")
 def project_list(ctx: CallContext, args: NoArguments) -> dict[str, Any]:
     """The projects you may ask for, by slug and name. Start here, then project.overview."""
-    projects = list(grants.visible_projects(ctx.token.owner)[: plcopen.MAX_LIMIT + 1])
+    projects = list(rights.visible_projects(ctx.token.owner)[: plcopen.MAX_LIMIT + 1])
     listing: dict[str, Any] = {"projects": [{"project": p.slug, "name": p.name} for p in projects[: plcopen.MAX_LIMIT]]}
     if len(projects) > plcopen.MAX_LIMIT:
         listing["truncated"] = f"only the first {plcopen.MAX_LIMIT} projects by slug are listed"

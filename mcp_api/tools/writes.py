@@ -127,6 +127,7 @@ def propose(ctx: CallContext, args: ProjectArguments, tool_name: str, op_name: s
         target={"project": project.slug},
         intent=intent,
         base_fingerprint=plcopen.fingerprint(current),
+        result_digest=plcopen.fingerprint(preview.result),
         label=f"{tool_name} on {project.slug}",
     )
     ctx.awaiting = str(confirmation.id)

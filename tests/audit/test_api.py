@@ -18,6 +18,7 @@ from audit import merkle
 from audit.checkpoint import parse_and_verify
 from audit.models import AuditCheckpoint, AuditEvent, AuditTreeNode, EventKind
 from audit.services import DatabaseNodeStore, do_make_checkpoint, format_ts, record, tree_size
+from console.operator_tokens import do_create_operator_token
 from forge_core.canonical import canonical_json
 from tests.conftest import Cast, Member
 
@@ -30,6 +31,16 @@ CONSISTENCY = "/api/audit/proof/consistency"
 def client_of(member: Member) -> APIClient:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {member.raw_token}")
+    return client
+
+
+@pytest.fixture
+def operator(cast: Cast) -> APIClient:
+    """Olivia through an operator token (made before the test records anything): the events are the operator
+    API's."""
+    client = APIClient()
+    raw = do_create_operator_token(cast.operator.user, "audit reader", acting_user="tests").raw
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
     return client
 
 
@@ -60,9 +71,9 @@ def error_code(response) -> str:
 # --- events ----------------------------------------------------------------------------------------
 
 
-def test_operator_reads_events_as_the_canonical_rows_the_tree_hashes(cast: Cast) -> None:
+def test_operator_reads_events_as_the_canonical_rows_the_tree_hashes(cast: Cast, operator: APIClient) -> None:
     made = tool_calls(3, called_by="olivia", session="s-1")
-    response = client_of(cast.operator).get(EVENTS, {"seq_after": made[0].seq - 1})
+    response = operator.get(EVENTS, {"seq_after": made[0].seq - 1})
     assert response.status_code == 200
     rows = response.json()["events"]
     assert [row["seq"] for row in rows] == [event.seq for event in made]
@@ -71,7 +82,7 @@ def test_operator_reads_events_as_the_canonical_rows_the_tree_hashes(cast: Cast)
         assert merkle.leaf_hash(canonical_json(row).encode()) == stored[row["seq"] - 1]
 
 
-def test_events_are_filtered_by_kind_tool_caller_session_and_project(cast: Cast) -> None:
+def test_events_are_filtered_by_kind_tool_caller_session_and_project(cast: Cast, operator: APIClient) -> None:
     wanted = record(
         EventKind.TOOL_CALL, tool="write_pou", called_by="olivia", session="s-2", project="plant", outcome="ok"
     )
@@ -79,22 +90,22 @@ def test_events_are_filtered_by_kind_tool_caller_session_and_project(cast: Cast)
     record(EventKind.TOOL_CALL, tool="read_pou", called_by="olivia", session="s-2", project="plant", outcome="ok")
     record(EventKind.CARETAKER_ACTION, tool="write_pou", called_by="olivia", session="s-2", project="plant")
     filters = {"kind": "tool_call", "tool": "write_pou", "called_by": "olivia", "session": "s-2", "project": "plant"}
-    response = client_of(cast.operator).get(EVENTS, filters)
+    response = operator.get(EVENTS, filters)
     assert [row["seq"] for row in response.json()["events"]] == [wanted.seq]
 
 
-def test_events_are_filtered_by_a_time_window_from_since_up_to_before_until(cast: Cast) -> None:
+def test_events_are_filtered_by_a_time_window_from_since_up_to_before_until(cast: Cast, operator: APIClient) -> None:
     made = tool_calls(5)
     since, until = made[1].ts, made[3].ts
-    response = client_of(cast.operator).get(EVENTS, {"since": format_ts(since), "until": format_ts(until)})
+    response = operator.get(EVENTS, {"since": format_ts(since), "until": format_ts(until)})
     expected = [event.seq for event in AuditEvent.objects.filter(ts__gte=since, ts__lt=until)]
     assert [row["seq"] for row in response.json()["events"]] == expected
     assert made[1].seq in expected and made[3].seq not in expected
 
 
-def test_events_pages_follow_next_to_the_end_keeping_the_filters(cast: Cast) -> None:
+def test_events_pages_follow_next_to_the_end_keeping_the_filters(cast: Cast, operator: APIClient) -> None:
     made = tool_calls(5, called_by="paged")
-    client = client_of(cast.operator)
+    client = operator
     url, seen = f"{EVENTS}?called_by=paged&limit=2", []
     for _ in range(5):
         body = client.get(url).json()
@@ -108,9 +119,9 @@ def test_events_pages_follow_next_to_the_end_keeping_the_filters(cast: Cast) -> 
     assert body["next"] is None
 
 
-def test_events_page_holds_50_by_default(cast: Cast) -> None:
+def test_events_page_holds_50_by_default(cast: Cast, operator: APIClient) -> None:
     tool_calls(51 - tree_size())
-    body = client_of(cast.operator).get(EVENTS).json()
+    body = operator.get(EVENTS).json()
     assert [row["seq"] for row in body["events"]] == list(range(1, 51))
     assert body["next"] is not None
 
@@ -141,17 +152,24 @@ def test_events_page_costs_the_same_queries_whatever_its_size(cast: Cast) -> Non
         {"knd": "tool_call"},
     ],
 )
-def test_bad_event_filters_are_400_with_what_to_send(cast: Cast, query: dict[str, str]) -> None:
-    response = client_of(cast.operator).get(EVENTS, query)
+def test_bad_event_filters_are_400_with_what_to_send(cast: Cast, operator: APIClient, query: dict[str, str]) -> None:
+    response = operator.get(EVENTS, query)
     assert response.status_code == 400
     assert error_code(response) == "FORGE_ERR_BAD_PARAMETER"
     assert next(iter(query)) in response.json()["detail"]
 
 
-def test_a_filter_given_twice_is_400(cast: Cast) -> None:
-    response = client_of(cast.operator).get(f"{EVENTS}?tool=a&tool=b")
+def test_a_filter_given_twice_is_400(cast: Cast, operator: APIClient) -> None:
+    response = operator.get(f"{EVENTS}?tool=a&tool=b")
     assert response.status_code == 400
     assert error_code(response) == "FORGE_ERR_BAD_PARAMETER"
+
+
+def test_events_are_refused_to_a_client_token_even_when_its_owner_is_an_operator(cast: Cast) -> None:
+    response = client_of(cast.operator).get(EVENTS)
+    assert response.status_code == 403
+    assert error_code(response) == "FORGE_ERR_PERMISSION_DENIED"
+    assert "Client tokens are for MCP clients" in response.json()["detail"]
 
 
 def test_events_are_refused_to_a_token_whose_owner_is_not_an_operator(cast: Cast) -> None:
@@ -239,9 +257,9 @@ def test_inclusion_proof_verifies_against_the_signed_root_for_every_event(cast: 
         assert merkle.verify_inclusion(b64(body["leaf_hash"]), seq - 1, 13, proof, signed.root)
 
 
-def test_inclusion_proof_is_for_the_event_the_operator_reads(cast: Cast) -> None:
+def test_inclusion_proof_is_for_the_event_the_operator_reads(cast: Cast, operator: APIClient) -> None:
     signed_at(6)
-    row = client_of(cast.operator).get(EVENTS, {"seq_after": 3, "limit": 1}).json()["events"][0]
+    row = operator.get(EVENTS, {"seq_after": 3, "limit": 1}).json()["events"][0]
     body = client_of(cast.caretaker).get(INCLUSION, {"seq": 4, "size": 6}).json()
     assert b64(body["leaf_hash"]) == merkle.leaf_hash(canonical_json(row).encode())
 

@@ -17,7 +17,8 @@ from django.conf import settings
 from audit.models import AuditEvent, EventKind
 from confirmations import executor
 from confirmations.models import Contract, ContractEvent, ContractState, TargetReservation
-from projects.capability import intent_for
+from forge_core.capabilities import ExecutionRefused
+from projects.capability import apply_intent, intent_for
 from projects.models import Project
 from projects.plcopen import documents
 
@@ -55,6 +56,15 @@ def prepare(
         label="tests",
         expected_fingerprint=expected_fingerprint,
     )
+
+
+def previewed_result(project: Project, intent: dict[str, Any]) -> str:
+    """The fingerprint of the bytes a write's preview shows: the intent applied to the project file as it is
+    ("" when it does not apply, as a write tool would then propose nothing)."""
+    try:
+        return documents.fingerprint(apply_intent(project_file(project).read_bytes(), intent))
+    except ExecutionRefused:
+        return ""
 
 
 def project_file(project: Project, root: Path | None = None) -> Path:

@@ -17,6 +17,7 @@ from forge_core.console import OPERATORS_GROUP
 from projects.capability import intent_for
 from projects.files import inside_root
 from projects.models import Project
+from tests.confirmations.helpers import previewed_result
 from tests.conftest import Member
 
 QUESTION = "Add the local variable zz : INT to LineMain?"
@@ -45,6 +46,7 @@ def ask(
     """A client (member's token) asks to add a variable to the project; it waits for an operator."""
     project.refresh_from_db()
     operations = add_variable(name)
+    intent = intent_for(operations)
     return do_create_confirmation(
         tool="project.write.add_variable",
         arguments={"project": project.slug, "operation": operations[0]},
@@ -57,8 +59,9 @@ def ask(
         capability="project.file",
         method="apply_operations",
         target={"project": project.slug},
-        intent=intent_for(operations),
+        intent=intent,
         base_fingerprint=project.fingerprint,
+        result_digest=previewed_result(project, intent),
         label=f"add variable {name} to LineMain",
         requires_typed_id=requires_typed_id,
         key_memorable_id=key_memorable_id,

@@ -293,7 +293,7 @@ def test_deciding_without_the_permission_is_refused_and_audited(client, cast, pe
     assert messages_of(response)[0][0] == constants.ERROR
     assert "decide_confirmation permission" in messages_of(response)[0][1]
     assert decided_rows() == [("refused: approve without permission", "olivia")]
-    assert "You may not decide confirmations" in client.get(page_of(pending)).content.decode()
+    assert "You may not decide this confirmation" in client.get(page_of(pending)).content.decode()
 
 
 def test_a_decision_without_the_csrf_token_is_refused(cast, pending):

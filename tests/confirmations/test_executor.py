@@ -586,6 +586,7 @@ def test_a_contract_moved_to_another_confirmation_does_not_load(cast, project):
         target={"project": project.slug},
         intent={},
         base_fingerprint="",
+        result_digest="",
         label="",
     )
     Contract.objects.filter(pk=contract.pk).update(confirmation=confirmation)

@@ -19,6 +19,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import channel_layers, get_channel_layer
 from django.db import transaction
 from django.utils import timezone
+from guardian.shortcuts import assign_perm
 
 from audit.models import AuditEvent, EventKind
 from caretaker.fingerprint import memorable_id
@@ -42,6 +43,7 @@ from tests.confirmations.helpers import (
     add_variable_intent,
     finished_pid,
     prepare,
+    previewed_result,
     project_file,
 )
 
@@ -81,6 +83,7 @@ def ask(cast, project: Project, *, session: str = "session-1", **overrides: Any)
         "label": f"add {NEW_VARIABLE}",
     }
     fields.update(overrides)
+    fields.setdefault("result_digest", previewed_result(project, fields["intent"]))
     return do_create_confirmation(**fields)
 
 
@@ -249,6 +252,7 @@ def test_a_user_without_the_decide_permission_is_refused_and_the_refusal_is_audi
     carla = cast.caretaker.user
     carla.is_staff = True
     carla.save()
+    assign_perm("projects.view_project", carla, project)  # she sees it: what she lacks is the permission to decide
     confirmation = ask(cast, project)
     with pytest.raises(DecisionRefused) as refused:
         do_approve_confirmation(confirmation.id, acting_user=carla)
@@ -259,6 +263,7 @@ def test_a_user_without_the_decide_permission_is_refused_and_the_refusal_is_audi
 
 
 def test_a_user_without_the_decide_permission_cannot_deny_either(cast, project):
+    assign_perm("projects.view_project", cast.caretaker.user, project)
     confirmation = ask(cast, project)
     with pytest.raises(DecisionRefused) as refused:
         do_deny_confirmation(confirmation.id, acting_user=cast.caretaker.user)

@@ -77,6 +77,11 @@ def draft_bytes(project: Project) -> bytes:
     return plcopen.serialize(drafts.current(project).document)
 
 
+def draft_digest(project: Project) -> str:
+    """What a reviewer's accept carries besides the revision: the SHA-256 of the file the draft writes."""
+    return plcopen.fingerprint(draft_bytes(project))
+
+
 def project_file(project: Project) -> Path:
     return inside_root(project.path)
 

@@ -18,7 +18,7 @@ from confirmations.services import do_resolve_contract
 from console import acceptance
 from console.operator_tokens import do_create_operator_token
 from projects import drafts
-from projects.models import GroupState, Project
+from projects.models import GroupState, Project, StagedOperation
 from tests.conftest import Cast, Member
 from tests.console.draft_helpers import (
     OTHER_SESSION,
@@ -28,6 +28,7 @@ from tests.console.draft_helpers import (
     audit_rows,
     begin,
     draft_bytes,
+    draft_digest,
     drafted,
     edit_by_hand,
     file_held_by_a_reconciliation,
@@ -80,7 +81,8 @@ def olivia(cast: Cast) -> APIClient:
 
 
 def accept(client: APIClient, project: Project, revision: int):
-    return client.post(f"{DRAFTS}/{project.slug}/accept", {"working_revision": revision}, format="json")
+    body = {"working_revision": revision, "draft_digest": draft_digest(project)}
+    return client.post(f"{DRAFTS}/{project.slug}/accept", body, format="json")
 
 
 def discard(client: APIClient, project: Project, revision: int):
@@ -251,6 +253,41 @@ def test_accepting_a_stale_working_revision_is_refused_with_nothing_written(cast
     assert refusals(EventKind.DRAFT_ACCEPTED) == [("refused: stale_revision", "olivia")]
 
 
+def test_a_staged_operation_edited_after_the_review_is_refused_at_accept_and_nothing_is_written(
+    cast, operator, project
+):
+    """Database write access alone: the reviewer saw "add ShiftCount", the row now removes a POU."""
+    group = drafted(project, cast.caretaker, "ShiftCount")
+    reviewed = operator.get(f"{DRAFTS}/steps").json()
+    before = project_file(project).read_bytes()
+    StagedOperation.objects.filter(group=group).update(operation={"op": "remove_pou", "id": "pou/FlowTotal"})
+
+    response = operator.post(
+        f"{DRAFTS}/steps/accept",
+        {"working_revision": reviewed["working_revision"], "draft_digest": reviewed["draft_digest"]},
+        format="json",
+    )
+
+    assert error(response) == (409, "FORGE_ERR_INTEGRITY")
+    assert "changed outside Forge" in response.json()["detail"]
+    assert project_file(project).read_bytes() == before
+    assert states(group) == [GroupState.SUBMITTED]
+    assert Contract.objects.get().state == ContractState.FAILED
+    assert refusals(EventKind.DRAFT_ACCEPTED) == [("refused: integrity", "olivia")]
+
+
+def test_accepting_with_a_digest_other_than_the_reviewed_file_is_refused(cast, operator, project):
+    drafted(project, cast.caretaker, "ShiftCount")
+    before = project_file(project).read_bytes()
+
+    response = operator.post(
+        f"{DRAFTS}/steps/accept", {"working_revision": revision_of(project), "draft_digest": "0" * 64}, format="json"
+    )
+
+    assert error(response) == (409, "FORGE_ERR_INTEGRITY")
+    assert project_file(project).read_bytes() == before
+
+
 def test_accepting_again_after_an_acceptance_says_who_accepted_it(cast, olivia, project):
     drafted(project, cast.caretaker, "ShiftCount")
     reviewed = revision_of(project)
@@ -375,8 +412,16 @@ def test_a_client_token_is_refused_even_an_operators(cast, project, member):
 
 @pytest.mark.parametrize(
     "body",
-    [{}, {"working_revision": "3"}, {"working_revision": -1}, {"working_revision": 3, "force": True}, []],
-    ids=["empty", "string", "negative", "extra field", "not an object"],
+    [
+        {},
+        {"working_revision": "3", "draft_digest": "0" * 64},
+        {"working_revision": -1, "draft_digest": "0" * 64},
+        {"working_revision": 3, "draft_digest": "0" * 64, "force": True},
+        {"working_revision": 3},
+        {"working_revision": 3, "draft_digest": "not hex"},
+        [],
+    ],
+    ids=["empty", "string", "negative", "extra field", "no digest", "bad digest", "not an object"],
 )
 def test_a_bad_body_is_400_and_decides_nothing(cast, olivia, project, body):
     group = drafted(project, cast.caretaker, "ShiftCount")

@@ -32,6 +32,7 @@ from tests.console.draft_helpers import (
     audit_rows,
     begin,
     draft_bytes,
+    draft_digest,
     drafted,
     edit_by_hand,
     import_fixture,
@@ -69,7 +70,7 @@ def review_page(project: Project) -> str:
 
 def decide(client: Client, project: Project, decision: str, revision: int | str):
     url = reverse(f"admin:draft_{decision}", args=[project.slug])
-    return client.post(url, {"working_revision": revision}, follow=True)
+    return client.post(url, {"working_revision": revision, "draft_digest": draft_digest(project)}, follow=True)
 
 
 def messages_of(response) -> list[tuple[int, str]]:

@@ -102,12 +102,14 @@ async def test_an_operator_token_opens_no_mcp_session(cast):
     assert response.status == 401
 
 
-def test_a_client_token_still_reads_the_audit_events_for_its_operator_owner(cast):
+def test_a_client_token_is_refused_on_the_audit_events_even_when_its_owner_is_an_operator(cast):
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {cast.operator.raw_token}")
 
-    assert client.get("/api/audit/events").status_code == 200
-    assert not AuditEvent.objects.filter(kind=EventKind.AUTH_REFUSED).exists()
+    response = client.get("/api/audit/events")
+
+    assert response.status_code == 403
+    assert "Client tokens are for MCP clients" in response.json()["detail"]
 
 
 # --- manage.py create_operator_token ---------------------------------------------------------------

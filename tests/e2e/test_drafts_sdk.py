@@ -265,9 +265,13 @@ async def test_an_operator_accepting_over_rest_writes_exactly_the_draft_the_clie
             )
             draft = await export(client)
             status = await answer(client, "draft.status", {"project": SLUG})
+            reviewed = await anyio.to_thread.run_sync(lambda: operator_api(server, "GET", f"/api/drafts/{SLUG}"))
             accepted = await anyio.to_thread.run_sync(
                 lambda: operator_api(
-                    server, "POST", f"/api/drafts/{SLUG}/accept", {"working_revision": status["working_revision"]}
+                    server,
+                    "POST",
+                    f"/api/drafts/{SLUG}/accept",
+                    {"working_revision": status["working_revision"], "draft_digest": reviewed.json()["draft_digest"]},
                 )
             )
             after = await answer(client, "draft.status", {"project": SLUG})

@@ -5,18 +5,12 @@ from __future__ import annotations
 import pytest
 from guardian.shortcuts import assign_perm
 
-from access.grants import (
-    AccessDecisionRefused,
-    can_view,
-    do_decide_access,
-    do_revoke_access,
-    raise_request,
-    visible_projects,
-)
+from access.grants import AccessDecisionRefused, do_decide_access, do_revoke_access, raise_request
 from access.models import AccessState, McpSession, Transport
 from access.services import do_end_session, do_open_session, do_revoke_token, do_switch_mcp
 from audit.models import AuditEvent, EventKind
 from projects.models import Project
+from projects.rights import can_view, visible_projects
 
 pytestmark = pytest.mark.django_db
 

@@ -1,8 +1,11 @@
 """`python manage.py demo_setup`: the quickstart's demo operator and demo token, made once and reused.
 
-The demo operator's password and the demo client token are kept in `$FORGE_DATA_DIR/secrets/` (mode
-0600) so that running the quickstart again prints the same credentials; the database holds only the
-token's digest. Prints the URLs and a ready client configuration (the console's dashboard shows the same
+The person and the AI client are two identities: the demo operator (`operator`) logs in to the console,
+and the demo client token belongs to its own principal (`demo-client`), who is no operator and may view
+the demo project only, so the audit log tells what the client asked from what the person decided. The
+demo operator's password and the demo client token are kept in `$FORGE_DATA_DIR/secrets/` (mode 0600) so
+that running the quickstart again prints the same credentials; the database holds only the token's digest.
+A token kept from an earlier version that belongs to the operator is revoked and replaced. Prints the URLs and a ready client configuration (the console's dashboard shows the same
 configurations, with a placeholder for the token).
 """
 
@@ -14,9 +17,11 @@ import secrets
 from pathlib import Path
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand
+from guardian.shortcuts import assign_perm
 
-from access.services import authenticate_token, do_create_token, do_switch_mcp
+from access.services import authenticate_token, do_create_token, do_revoke_token, do_switch_mcp
 from console.operators import do_create_operator
 from console.site import client_configurations
 from projects.demo import demo_project_bytes
@@ -25,7 +30,8 @@ from projects.models import Project
 from projects.services import do_bind_project, do_import_project
 
 DEMO_OPERATOR = "operator"
-DEMO_CLIENT = "demo"
+DEMO_CLIENT = "demo"  # the token's label
+DEMO_PRINCIPAL = "demo-client"  # who the token stands for: not an operator
 DEMO_PROJECT = "demo-conveyor"
 
 
@@ -52,14 +58,16 @@ class Command(BaseCommand):
             password = secrets.token_urlsafe(12)
             _write_secret(password_file, password)
         do_create_operator(DEMO_OPERATOR, password, acting_user="demo_setup")
+        project = ensure_demo_project()
+        principal = ensure_demo_principal(project)
         token = token_file.read_text().strip() if token_file.exists() else ""
-        if authenticate_token(token) is None:
-            from django.contrib.auth import get_user_model
-
-            owner = get_user_model().objects.get(username=DEMO_OPERATOR)
-            token = do_create_token(owner=owner, label=DEMO_CLIENT, acting_user="demo_setup").raw
+        kept = authenticate_token(token)
+        if kept is not None and kept.owner_id != principal.pk:
+            do_revoke_token(kept, acting_user="demo_setup")  # an earlier version gave the operator's identity
+            kept = None
+        if kept is None:
+            token = do_create_token(owner=principal, label=DEMO_CLIENT, acting_user="demo_setup").raw
             _write_secret(token_file, token)
-        ensure_demo_project()
         # A fresh install starts with MCP off; the demo is for trying it, so it switches it on (audited).
         do_switch_mcp(True, acting_user="demo_setup")
         base = f"http://{host}:{port}"
@@ -86,12 +94,22 @@ class Command(BaseCommand):
         )
 
 
-def ensure_demo_project() -> None:
+def ensure_demo_project() -> Project:
     """Register the demo project once; a demo file left in the projects root is bound, not overwritten."""
-    if Project.objects.filter(slug=DEMO_PROJECT).exists():
-        return
+    found = Project.objects.filter(slug=DEMO_PROJECT).first()
+    if found is not None:
+        return found
     path = inside_root(f"{DEMO_PROJECT}.xml")
     if path.exists():
-        do_bind_project(path, slug=DEMO_PROJECT, acting_user="demo_setup")
-    else:
-        do_import_project(demo_project_bytes(), slug=DEMO_PROJECT, acting_user="demo_setup")
+        return do_bind_project(path, slug=DEMO_PROJECT, acting_user="demo_setup")
+    return do_import_project(demo_project_bytes(), slug=DEMO_PROJECT, acting_user="demo_setup")
+
+
+def ensure_demo_principal(project: Project) -> User:
+    """The demo client's own principal: no console login, no operator group, view_project on the demo project."""
+    principal, created = User.objects.get_or_create(username=DEMO_PRINCIPAL)
+    if created:
+        principal.set_unusable_password()
+        principal.save(update_fields=["password"])
+    assign_perm("projects.view_project", principal, project)
+    return principal

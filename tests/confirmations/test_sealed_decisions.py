@@ -1,0 +1,178 @@
+"""An approval binds exactly what the operator reviewed (reference 001): a confirmation is sealed when it is
+made (operations, preview, base and result by digest) and again when it is approved, with a key outside the
+database. Whoever edits the stored record afterwards, without the key, gets a refusal that writes nothing.
+
+The attacker here has write access to the database and nothing else: each test edits rows with
+`QuerySet.update`, which skips the services, as a SQL client would.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from audit.models import AuditEvent, EventKind
+from confirmations import services
+from confirmations.models import ConfirmationState, Contract, ContractState, PendingConfirmation
+from confirmations.services import DecisionRefused, do_approve_confirmation, do_create_confirmation, is_authentic
+from projects.capability import APPLY_OPERATIONS, intent_for
+from projects.models import Project
+from projects.plcopen import documents
+from projects.preview import preview_change
+from tests.confirmations.helpers import STAMP, project_file
+
+pytestmark = pytest.mark.django_db
+
+C = ConfirmationState
+INNOCENT = {"op": "add_variable", "scope": "pou/LineMain", "section": "localVars", "name": "InnocentVar", "type": "INT"}
+HOSTILE = {"op": "remove_pou", "id": "pou/FlowTotal"}
+
+
+def propose(cast, project: Project, op: dict[str, Any] = INNOCENT) -> PendingConfirmation:
+    """What a write tool does: preview the operation on the file as it is, and suspend it for a decision."""
+    current = project_file(project).read_bytes()
+    intent = intent_for([op], STAMP)
+    preview = preview_change(current, intent, name=project.path)
+    return do_create_confirmation(
+        tool="project.write.add_variable",
+        arguments=op,
+        question=f"carla asks to add variable InnocentVar to LineMain in {project.slug}.",
+        preview={**preview.content, "result": {"project": project.slug}},
+        principal=cast.caretaker.user,
+        session_id="session-1",
+        client_label="carla-client",
+        project=project.slug,
+        capability="project.file",
+        method=APPLY_OPERATIONS,
+        target={"project": project.slug},
+        intent=intent,
+        base_fingerprint=documents.fingerprint(current),
+        result_digest=documents.fingerprint(preview.result),
+        label="add InnocentVar",
+    )
+
+
+def edit(confirmation: PendingConfirmation, **columns: Any) -> None:
+    PendingConfirmation.objects.filter(pk=confirmation.pk).update(**columns)
+
+
+def outcomes(confirmation: PendingConfirmation) -> list[str]:
+    rows = AuditEvent.objects.filter(kind=EventKind.CONFIRMATION_DECIDED, arguments_json__contains=str(confirmation.pk))
+    return list(rows.order_by("seq").values_list("outcome", flat=True))
+
+
+@pytest.fixture
+def path(project) -> Path:
+    return project_file(project)
+
+
+def test_a_confirmation_is_sealed_when_made_and_its_approval_when_approved(cast, project, path):
+    confirmation = propose(cast, project)
+    assert is_authentic(confirmation) and confirmation.seal and not confirmation.decision_seal
+    assert confirmation.result_digest == documents.fingerprint(
+        preview_change(path.read_bytes(), confirmation.intent, name=project.path).result
+    )
+    decided = do_approve_confirmation(confirmation.pk, acting_user=cast.operator.user)
+    assert decided.state == C.EXECUTED
+    assert PendingConfirmation.objects.get(pk=confirmation.pk).decision_seal
+    assert documents.fingerprint(path.read_bytes()) == confirmation.result_digest
+
+
+def test_an_operation_edited_before_the_decision_is_refused_at_approval_and_nothing_is_written(cast, project, path):
+    confirmation = propose(cast, project)
+    before = path.read_bytes()
+    edit(confirmation, intent=intent_for([HOSTILE], STAMP))
+    with pytest.raises(DecisionRefused) as refused:
+        do_approve_confirmation(confirmation.pk, acting_user=cast.operator.user)
+    assert refused.value.code == "FORGE_ERR_INTEGRITY"
+    assert "edited outside Forge" in refused.value.message
+    stored = PendingConfirmation.objects.get(pk=confirmation.pk)
+    assert stored.state == C.PENDING and stored.decided_by is None
+    assert not Contract.objects.filter(confirmation=confirmation).exists()
+    assert path.read_bytes() == before
+    assert outcomes(confirmation) == ["refused: integrity"]
+
+
+@pytest.mark.parametrize(
+    "columns",
+    [
+        {"preview": {"diff": "+ nothing to see", "result": {}}},
+        {"base_fingerprint": "0" * 64},
+        {"result_digest": "0" * 64},
+        {"target": {"project": "other"}},
+        {"question": "Add a harmless variable?"},
+    ],
+    ids=["preview", "base_fingerprint", "result_digest", "target", "question"],
+)
+def test_any_reviewed_field_edited_makes_the_record_unapprovable(cast, project, path, columns):
+    confirmation = propose(cast, project)
+    before = path.read_bytes()
+    edit(confirmation, **columns)
+    assert not is_authentic(PendingConfirmation.objects.get(pk=confirmation.pk))
+    with pytest.raises(DecisionRefused, match="edited outside Forge"):
+        do_approve_confirmation(confirmation.pk, acting_user=cast.operator.user)
+    assert path.read_bytes() == before
+
+
+def test_an_operation_edited_after_approval_is_refused_at_execute_and_nothing_is_written(
+    cast, project, path, monkeypatch
+):
+    """The edit lands between the approval's commit and the executor: the decision seal catches it."""
+    confirmation = propose(cast, project)
+    before = path.read_bytes()
+    carry_out = services._carry_out
+
+    def edited_first(approved: PendingConfirmation, actor: str) -> PendingConfirmation:
+        edit(approved, intent=intent_for([HOSTILE], STAMP))
+        return carry_out(approved, actor)
+
+    monkeypatch.setattr(services, "_carry_out", edited_first)
+    decided = do_approve_confirmation(confirmation.pk, acting_user=cast.operator.user)
+    assert decided.state == C.FAILED
+    assert decided.outcome["error"] == "FORGE_ERR_INTEGRITY"
+    assert path.read_bytes() == before
+    assert "FlowTotal" in path.read_text(encoding="utf-8")
+    assert not Contract.objects.filter(confirmation=confirmation).exists()
+    assert outcomes(confirmation) == ["approved", "failed"]
+
+
+def test_an_approval_moved_to_another_approver_is_refused_at_execute(cast, project, path, monkeypatch):
+    confirmation = propose(cast, project)
+    before = path.read_bytes()
+    carry_out = services._carry_out
+
+    def reattributed(approved: PendingConfirmation, actor: str) -> PendingConfirmation:
+        edit(approved, decided_by=cast.caretaker.user)
+        return carry_out(approved, actor)
+
+    monkeypatch.setattr(services, "_carry_out", reattributed)
+    decided = do_approve_confirmation(confirmation.pk, acting_user=cast.operator.user)
+    assert decided.state == C.FAILED and decided.outcome["error"] == "FORGE_ERR_INTEGRITY"
+    assert path.read_bytes() == before
+
+
+def test_the_executor_refuses_a_result_that_is_not_the_bytes_previewed(cast, project, path, monkeypatch):
+    """Even a record that authenticates is carried out only if it produces the reviewed bytes: here the
+    operations mean something else by the time they run (an adapter that computes differently)."""
+    confirmation = propose(cast, project)
+    before = path.read_bytes()
+    from confirmations import executor
+
+    adapter = executor.capability("project.file")
+    forward = adapter.forward
+    monkeypatch.setattr(adapter, "forward", lambda *args: forward(*args) + b"\n<!-- and something else -->")
+    decided = do_approve_confirmation(confirmation.pk, acting_user=cast.operator.user)
+    assert decided.state == C.FAILED and decided.outcome["error"] == "FORGE_ERR_INTEGRITY"
+    contract = Contract.objects.get(confirmation=confirmation)
+    assert contract.state == ContractState.FAILED and contract.detail == "integrity"
+    assert path.read_bytes() == before
+
+
+def test_a_record_made_before_decisions_were_sealed_cannot_be_approved(cast, project, path):
+    confirmation = propose(cast, project)
+    edit(confirmation, seal="")
+    with pytest.raises(DecisionRefused, match="edited outside Forge"):
+        do_approve_confirmation(confirmation.pk, acting_user=cast.operator.user)
+    assert PendingConfirmation.objects.get(pk=confirmation.pk).state == C.PENDING
