@@ -17,6 +17,7 @@ from typing import Any
 from django.conf import settings
 from pydantic import create_model
 
+from access import limits
 from confirmations.sealing import canonical_json
 from confirmations.services import do_create_confirmation
 from forge_core.errors import Refusal
@@ -111,6 +112,7 @@ def propose(ctx: CallContext, args: ProjectArguments, tool_name: str, op_name: s
             "as it is) and call again.",
             index=refusal.index,
         ) from None
+    limits.check_pending_confirmation_cap(ctx.token)
     confirmation = do_create_confirmation(
         tool=tool_name,
         arguments=op,
