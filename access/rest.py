@@ -6,7 +6,8 @@ console does. It reads `Authorization: Bearer` and leaves an operator token (`fo
 `console.rest`) to the next class, so either order works, and settings put this class first (its
 WWW-Authenticate makes a request without credentials a 401). Settings name it by dotted path
 (REST_FRAMEWORK), which lets apps below the edges (audit, confirmations) be reached with a token without
-importing it. An unknown, expired or revoked token is refused and audited as the MCP endpoint does.
+importing it. An unknown, expired or revoked token is refused and audited as the MCP endpoint does, and so is a client
+token the operator API refuses (`record_operator_api_refusal`, connected in `access.apps`).
 
 The OpenAPI extension beside it describes the scheme to drf-spectacular.
 """
@@ -21,7 +22,7 @@ from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.request import Request
 
 from access.models import ClientToken
-from access.services import authenticate_bearer
+from access.services import authenticate_bearer, record_refused_token
 from forge_core.tokens import CLIENT_TOKEN_PREFIX, OPERATOR_TOKEN_PREFIX
 
 REALM = "forge-mcp"
@@ -52,6 +53,12 @@ class BearerTokenAuthentication(BaseAuthentication):
     def authenticate_header(self, request: Request) -> str:
         # Makes DRF answer 401 (not 403) to a request without credentials, with the scheme to use.
         return f'Bearer realm="{REALM}"'
+
+
+def record_operator_api_refusal(*, path: str, username: str, credential: str, **_: object) -> None:
+    """The audit row of a signed-in caller the operator API refused (`forge_core.rest.operator_api_refused`):
+    a client token, whoever owns it, or the login of someone who is no operator."""
+    record_refused_token(path, outcome=f"operator API refused a {credential}", called_by=username)
 
 
 class ClientTokenScheme(OpenApiAuthenticationExtension):

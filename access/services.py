@@ -85,10 +85,10 @@ def record_token_event(kind: EventKind, token: BearerToken, *, outcome: str, cal
     )
 
 
-def record_refused_token(path: str, *, outcome: str) -> None:
-    """The audit row of a refused bearer value; the refusal stands even when it cannot be written."""
+def record_refused_token(path: str, *, outcome: str, called_by: str = "") -> None:
+    """The audit row of a refused credential; the refusal stands even when it cannot be written."""
     with contextlib.suppress(AuditUnavailable):
-        record(EventKind.AUTH_REFUSED, arguments={"path": path}, outcome=outcome)
+        record(EventKind.AUTH_REFUSED, arguments={"path": path}, outcome=outcome, called_by=called_by)
 
 
 def authenticate_token(raw: str | None) -> ClientToken | None:

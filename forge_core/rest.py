@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Model, Q, QuerySet
+from django.dispatch import Signal
 from django.http import Http404
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
@@ -248,6 +249,11 @@ def parsed_body(model: type[Body], body: object, *, send: str) -> Body:
 # --- the operator API's door -----------------------------------------------------------------------
 
 
+operator_api_refused = Signal()
+"""Sent when a signed-in caller is refused by the operator API, with `path`, `username` and `credential`
+("client token" or "console login"); `access` records it (this package may not import the audit app)."""
+
+
 class OperatorsOnly(BasePermission):
     message = (
         "Only console operators use this API: log in to the console, or send an operator token made with "
@@ -259,7 +265,16 @@ class OperatorsOnly(BasePermission):
         by_operator_credential = request.auth is None or isinstance(
             request.successful_authenticator, OperatorAuthentication
         )
-        return by_operator_credential and is_operator(request.user)
+        allowed = by_operator_credential and is_operator(request.user)
+        if not allowed and request.user.is_authenticated:
+            # An attempt, not a stray request: a client token (even an operator's) or a non-operator's login.
+            operator_api_refused.send(
+                sender=OperatorsOnly,
+                path=request.path,
+                username=request.user.get_username(),
+                credential="console login" if request.auth is None else "client token",
+            )
+        return allowed
 
 
 class OperatorSchema(AutoSchema):

@@ -110,6 +110,9 @@ def test_a_client_token_is_refused_on_the_audit_events_even_when_its_owner_is_an
 
     assert response.status_code == 403
     assert "Client tokens are for MCP clients" in response.json()["detail"]
+    (row,) = AuditEvent.objects.filter(kind=EventKind.AUTH_REFUSED)
+    assert (row.outcome, row.called_by) == ("operator API refused a client token", "olivia")
+    assert row.arguments == {"path": "/api/audit/events"}
 
 
 # --- manage.py create_operator_token ---------------------------------------------------------------
