@@ -11,6 +11,7 @@ transport and revision; the transports only move bytes. It runs inside the one d
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import Callable
@@ -168,6 +169,12 @@ def _tools_call(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
             _audit_call(ctx, tool, arguments.model_dump(mode="json"), outcome)
     except AuditUnavailable as unavailable:
         answer = refused_result(unavailable)
+    except Exception:
+        # What the handler did is rolled back with its transaction, but the attempt stays on the record;
+        # `respond` answers it as an internal error.
+        with contextlib.suppress(AuditUnavailable):
+            _audit_call(ctx, tool, arguments.model_dump(mode="json"), "internal_error")
+        raise
     return answer
 
 
