@@ -18,9 +18,11 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from access import limits
 from access.models import AccessRequest, AccessState, ClientToken, McpSession
 from audit.models import EventKind
 from audit.services import record
+from confirmations.services import do_cancel_confirmations
 from forge_core.errors import Refusal
 from forge_core.live import notify_console
 from projects.models import Project
@@ -61,12 +63,15 @@ class AccessAlreadyDecided(AccessDecisionRefused):
 
 
 def raise_request(token: ClientToken, session: McpSession, project: Project) -> AccessRequest:
-    """The session's request for the project, raised now if there is none (or the last one ended)."""
+    """The session's request for the project, raised now if there is none (or the last one ended); refused
+    (`limits.LimitReached`) when the token has its cap of requests waiting for an operator."""
     with transaction.atomic():
         request, created = AccessRequest.objects.select_for_update().get_or_create(
             token=token, session=session, project=project
         )
         if created or request.state == AccessState.ENDED:
+            # A refusal rolls the new row back with the rest of this transaction.
+            limits.check_access_request_cap(token, besides=request)
             if not created:
                 request.state, request.decided_at, request.decided_by = AccessState.PENDING, None, ""
                 request.save(update_fields=["state", "decided_at", "decided_by"])
@@ -94,13 +99,20 @@ def do_decide_access(request_id: int, *, allow: bool, user: User | AnonymousUser
 
 
 def do_revoke_access(request_id: int, *, user: User | AnonymousUser) -> AccessRequest:
-    """End an allowed grant; the session's next project call is refused."""
+    """End an allowed grant: the session's next project call is refused, and its pending confirmations on the
+    project are cancelled."""
     _require_permission(request_id, user, "revoke")
     with transaction.atomic():
         request = _locked(request_id)
         if request.state != AccessState.ALLOWED:
             raise AccessAlreadyDecided(f"Only an allowed grant can be revoked; this one is {request.state}.")
         _decide(request, AccessState.REVOKED, user)
+        do_cancel_confirmations(
+            "grant_revoked",
+            sessions=[request.session_id],
+            project=request.project.slug,
+            acting_user=user.get_username(),
+        )
     return request
 
 

@@ -16,7 +16,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from access import hotpath
+from access import hotpath, limits
 from access.grants import end_grants
 from access.models import (
     BROADCAST_GROUP,
@@ -63,11 +63,14 @@ def do_create_token(*, owner: User, label: str, expires_at: datetime | None = No
 
 
 def do_revoke_token(token: ClientToken, *, acting_user: str) -> None:
-    """Revoke a token at once: its next request is refused and its open streams are closed."""
+    """Revoke a token at once: its next request is refused, its open streams are closed and the pending
+    confirmations of its sessions are cancelled."""
     with transaction.atomic():
         if not token.mark_revoked():
             return
         end_grants(reason="token revoked", token=token)
+        sessions = McpSession.objects.filter(token=token).values_list("id", flat=True)
+        do_cancel_confirmations("token_revoked", sessions=sessions, acting_user=acting_user)
         record_token_event(EventKind.TOKEN_REVOKED, token, outcome="revoked", called_by=acting_user)
         transaction.on_commit(lambda: notify_streams(token_group(token.pk), "mcp.revoked"))
     token.refresh_from_db(fields=["revoked_at"])
@@ -127,8 +130,20 @@ def do_open_session(
     client_info: dict | None = None,
     initialized: bool = False,
 ) -> McpSession:
-    """Open a session for a token, and audit it."""
+    """Open a session for a token, and audit it; refused (`limits.LimitReached`, audited) when the token holds
+    its cap of open sessions, or of stateless handles."""
+    try:
+        return _open_session(token, transport, protocol_version, client_info, initialized)
+    except limits.LimitReached as refused:
+        limits.record_limit_reached(token, refused, transport=str(transport))
+        raise
+
+
+def _open_session(
+    token: ClientToken, transport: Transport, protocol_version: str, client_info: dict | None, initialized: bool
+) -> McpSession:
     with transaction.atomic():
+        limits.check_session_cap(token, transport)
         session = McpSession.objects.create(
             id=new_session_id(),
             token=token,
@@ -175,7 +190,7 @@ def do_end_session(session: McpSession, *, reason: str) -> bool:
         if not ended:
             return False
         end_grants(reason="session ended", session=session)
-        do_cancel_confirmations(session.id, acting_user=session.token.owner.get_username())
+        do_cancel_confirmations("session_ended", sessions=[session.id], acting_user=session.token.owner.get_username())
         notify_console("sessions")
         record(
             EventKind.SESSION_ENDED,
@@ -190,7 +205,8 @@ def do_end_session(session: McpSession, *, reason: str) -> bool:
 
 
 def do_switch_mcp(enabled: bool, *, acting_user: str) -> bool:
-    """Turn MCP on or off for every client; open streams are told their tool list changed.
+    """Turn MCP on or off for every client; open streams are told their tool list changed. Switching it off
+    ends every grant and cancels every pending confirmation.
 
     Returns False when it was already in that position (nothing recorded).
     """
@@ -204,6 +220,7 @@ def do_switch_mcp(enabled: bool, *, acting_user: str) -> bool:
         state.save()
         if not enabled:
             end_grants(reason="MCP switched off")
+            do_cancel_confirmations("mcp_disabled", sessions=None, acting_user=acting_user)
         notify_console("mcp")
         record(
             EventKind.MCP_SWITCHED,

@@ -15,7 +15,7 @@ console and the operator REST API call these, never the executor directly.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -261,19 +261,24 @@ def _decide(
     confirmation_id: Any, user: User, choice: str, decide: Callable[[PendingConfirmation], None]
 ) -> PendingConfirmation:
     """Make one decision in one transaction: refused (nothing changed) unless the user may decide and the
-    confirmation is pending; one past its time is expired (that stays) and the decision refused."""
+    confirmation is pending; one past its time is expired (that stays) and the decision refused. A decision
+    on one no longer pending (decided, cancelled) is refused and the attempt audited."""
     _require_decider(confirmation_id, user, choice)
     with transaction.atomic():
         confirmation = _locked(confirmation_id)
         expired = _expire_if_due(confirmation, user.get_username())
-        if not expired:
-            if confirmation.state != C.PENDING:
-                raise DecisionRefused(
-                    "already_decided", f"This confirmation was already decided: it is {confirmation.state}.", status=409
-                )
+        settled = not expired and confirmation.state != C.PENDING
+        if not expired and not settled:
             decide(confirmation)
     if expired:
         raise DecisionRefused(*EXPIRED_REFUSAL, status=409)
+    if settled:
+        with transaction.atomic():
+            outcome = f"refused: {choice}, already {confirmation.state}"
+            _audit(confirmation, EventKind.CONFIRMATION_DECIDED, outcome, called_by=user.get_username())
+        raise DecisionRefused(
+            "already_decided", f"This confirmation was already decided: it is {confirmation.state}.", status=409
+        )
     return confirmation
 
 
@@ -470,10 +475,6 @@ REFUSALS = {
         "The outcome of the write could not be proven; an operator must reconcile it in the console before "
         "the project can be changed again.",
     ),
-    "cancelled": (
-        "FORGE_ERR_CONFIRMATION_EXPIRED",
-        "The session that asked for this change ended before it was decided; nothing was written.",
-    ),
     "interrupted": (
         "FORGE_ERR_CONFIRMATION_EXPIRED",
         "The server stopped before this approved change was carried out; nothing was written. Call the "
@@ -504,15 +505,50 @@ def _refusal_outcome(
     return outcome
 
 
-def do_cancel_confirmations(session_id: str, *, acting_user: str) -> int:
-    """Cancel a session's pending confirmations (the session ended or its token was revoked)."""
+# Why a pending confirmation was cancelled, as its outcome tells the client (code FORGE_ERR_CONFIRMATION_CANCELLED,
+# reason "cancelled", the cause beside it) and its audit row names it ("cancelled: <cause>").
+CANCELLATIONS = {
+    "session_ended": "The session that asked for this change ended before it was decided; nothing was written.",
+    "token_revoked": "The client token that asked for this change was revoked before it was decided; nothing was "
+    "written. Ask an operator for a new token.",
+    "grant_revoked": "An operator revoked this session's access to the project before the change was decided; "
+    "nothing was written. Call any tool on the project to ask for access again.",
+    "mcp_disabled": "MCP was switched off before this change was decided; nothing was written. Propose it again "
+    "once an operator switches MCP back on.",
+    "client_cancelled": "The client cancelled the request that asked for this change (notifications/cancelled) "
+    "before it was decided; nothing was written.",
+}
+
+
+def do_cancel_confirmations(
+    cause: str,
+    *,
+    sessions: Iterable[str] | None,
+    project: str | None = None,
+    pending_id: str | None = None,
+    acting_user: str,
+) -> int:
+    """Cancel the pending confirmations of these sessions (every session's, given None), on one project or on
+    all: their principal lost its standing (`cause`, a key of CANCELLATIONS). Each is audited and its waiting
+    client told; runs inside the caller's transaction when there is one."""
+    outcome = {
+        "error": "FORGE_ERR_CONFIRMATION_CANCELLED",
+        "message": CANCELLATIONS[cause],
+        "reason": "cancelled",
+        "cause": cause,
+    }
+    pending = PendingConfirmation.objects.select_for_update().filter(state=C.PENDING)
+    if sessions is not None:
+        pending = pending.filter(session_id__in=sessions)
+    if project is not None:
+        pending = pending.filter(project=project)
+    if pending_id is not None:
+        pending = pending.filter(pk=pending_id)
     count = 0
     with transaction.atomic():
-        for confirmation in PendingConfirmation.objects.select_for_update().filter(
-            session_id=session_id, state=C.PENDING
-        ):
-            _move(confirmation, C.CANCELLED, finished_at=timezone.now(), outcome=_refusal_outcome("cancelled"))
-            _audit(confirmation, EventKind.CONFIRMATION_DECIDED, "cancelled", called_by=acting_user)
+        for confirmation in pending:
+            _move(confirmation, C.CANCELLED, finished_at=timezone.now(), outcome=outcome)
+            _audit(confirmation, EventKind.CONFIRMATION_DECIDED, f"cancelled: {cause}", called_by=acting_user)
             count += 1
     return count
 

@@ -75,6 +75,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Near the top, so that every console response gets the policy, the lockout page included.
+    "console.csp.ConsoleContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -238,6 +240,7 @@ FORGE_PUBLIC_URL = envstr("FORGE_PUBLIC_URL", "")
 # Per-token caps (access.limits): what one client token may hold at once; one more is refused (429,
 # FORGE_ERR_LIMIT_REACHED) naming the cap. Each is well above what one working client needs.
 FORGE_MAX_SESSIONS_PER_TOKEN = envint("FORGE_MAX_SESSIONS_PER_TOKEN", 32, minimum=1)
+FORGE_MAX_STREAMS_PER_TOKEN = envint("FORGE_MAX_STREAMS_PER_TOKEN", 16, minimum=1)
 FORGE_MAX_HANDLES_PER_TOKEN = envint("FORGE_MAX_HANDLES_PER_TOKEN", 64, minimum=1)
 FORGE_MAX_ACCESS_REQUESTS_PER_TOKEN = envint("FORGE_MAX_ACCESS_REQUESTS_PER_TOKEN", 16, minimum=1)
 FORGE_MAX_PENDING_PER_TOKEN = envint("FORGE_MAX_PENDING_PER_TOKEN", 16, minimum=1)

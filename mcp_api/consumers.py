@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import secrets
 from collections.abc import Callable
 from typing import Any
 
@@ -29,10 +31,13 @@ from forge_core.errors import AuditUnavailable
 from forge_core.live import SSE_HEADERS
 from forge_core.origin import refusal_reason
 from forge_core.streams import EventStreamConsumer
-from mcp_api.jsonrpc import INVALID_REQUEST, RpcError, encode
+from mcp_api import jsonrpc
+from mcp_api.jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, RpcError, encode
 from mcp_api.revisions import SUBSCRIPTION_ID_META_KEY
 from mcp_api.transports import answers, legacy_sse, streamable, upkeep
-from mcp_api.transports.core import Exchange, Reply, StreamPlan
+from mcp_api.transports.core import Exchange, Reply, StreamPlan, WaitPlan
+
+logger = logging.getLogger("forge.mcp")
 
 
 def sse_event(data: str, *, event: str = "message", event_id: str | None = None) -> bytes:
@@ -70,7 +75,10 @@ class McpHttpConsumer(EventStreamConsumer):
         self.scope = scope
         self.base_send = send
         self.plan: StreamPlan | None = None
+        self.response_started = self.response_ended = False
         self.event_seq = 0
+        # Event ids are "<stream key>-<n>": a session's streams never share one, whichever process holds them.
+        self.stream_key = secrets.token_hex(6)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         reason = refusal_reason(headers)
         if reason is not None:
@@ -81,7 +89,28 @@ class McpHttpConsumer(EventStreamConsumer):
         body = await self.read_body(receive, headers)
         if body is None:
             return
-        await self.handle(Exchange.from_scope(scope, body))
+        try:
+            await self.handle(Exchange.from_scope(scope, body))
+        except Exception:  # the one boundary of an exchange: a failure ends the response, never leaves it open
+            logger.exception("an MCP exchange failed; its response ends with an error")
+            await self.end_with_error()
+
+    async def send(self, message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            self.response_started = True
+        elif not message.get("more_body", False):
+            self.response_ended = True
+        await super().send(message)
+
+    async def end_with_error(self) -> None:
+        """End the response with a JSON-RPC -32603: as a JSON body when nothing was sent yet, else as the last
+        event of the stream already open."""
+        error = jsonrpc.error(None, RpcError(INTERNAL_ERROR, "Internal error. The server logged it; try again."))
+        with contextlib.suppress(Exception):  # the client may have gone: nothing left to tell
+            if not self.response_started:
+                await self.send_reply(Reply(status=500, body=error))
+            elif not self.response_ended:
+                await self.send_body(sse_event(encode(error).decode()), more=False)
 
     async def read_body(self, receive, headers: dict[str, str]) -> bytes | None:
         """The request body, or None after refusing one over the limit (before parsing any of it)."""
@@ -122,6 +151,8 @@ class McpHttpConsumer(EventStreamConsumer):
             layer = get_channel_layer()
             for group, message in reply.deliver:
                 await layer.group_send(group, {"type": "mcp.message", "message": message})
+        for group in reply.cancel:
+            await get_channel_layer().group_send(group, {"type": "mcp.cancelled"})
         if reply.stream is not None:
             await self.open_stream(reply.stream, reply.headers)
         elif reply.wait is not None:
@@ -135,51 +166,81 @@ class McpHttpConsumer(EventStreamConsumer):
         The decision arrives through the confirmation's channel-layer group, from whichever process
         approved it; the state is read once after joining, so a decision made before that is not missed.
         At the deadline the call answers FORGE_ERR_CONFIRMATION_REQUIRED (the client then polls
-        editor.confirm); a client that goes away simply ends the wait."""
+        editor.confirm); a client that goes away simply ends the wait; a client that cancels the request
+        (`notifications/cancelled`, through the request's group) cancels the confirmation and gets no answer,
+        as cancellation asks. Whatever fails while waiting ends the stream with a JSON-RPC error, never leaves
+        it open."""
         wait = reply.wait
         assert wait is not None
         layer = get_channel_layer()
         channel = await layer.new_channel()
-        group = confirmation_group(wait.confirmation_id)
-        await layer.group_add(group, channel)
+        groups = [confirmation_group(wait.confirmation_id), wait.cancel_group]
+        for group in groups:
+            await layer.group_add(group, channel)
         headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers.items()]
         await self.send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS + headers})
         disconnect = asyncio.ensure_future(self.wait_for_disconnect())
+        received: list[asyncio.Future] = []
+        try:
+            last = await self.decision(wait, reply.body, layer, channel, disconnect, received)
+        except Exception:
+            logger.exception("a waiting write call failed; its stream ends with an error")
+            failed = RpcError(
+                INTERNAL_ERROR,
+                "Internal error while waiting for the operator's decision. Call editor.confirm with the pending id "
+                "to learn the outcome.",
+            )
+            last = sse_event(encode(jsonrpc.error(wait.request_id, failed)).decode())
+        finally:
+            for pending in (*received, disconnect):
+                pending.cancel()
+            for group in groups:
+                with contextlib.suppress(Exception):
+                    await layer.group_discard(group, channel)
+        if last is not None:
+            await self.send_body(last, more=False)
+
+    async def decision(
+        self,
+        wait: WaitPlan,
+        deadline_answer: Any,
+        layer: Any,
+        channel: str,
+        disconnect: asyncio.Future,
+        received: list[asyncio.Future],
+    ) -> bytes | None:
+        """The last bytes of a waiting write call's stream, sending progress until they are known: its final
+        answer, or nothing once the client cancelled the request; None when the client has gone."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait.seconds
         progress = 0
-        decided: asyncio.Future | None = None
-        try:
-            final = await database_sync_to_async(answers.decided)(wait)
-            while final is None:
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    final = reply.body
-                    break
-                # One receive stays pending across progress ticks: cancelling a layer receive can drop
-                # the message it was about to return.
-                decided = decided or asyncio.ensure_future(layer.receive(channel))
-                done, _ = await asyncio.wait(
-                    {decided, disconnect}, timeout=min(wait.interval, remaining), return_when=asyncio.FIRST_COMPLETED
-                )
-                if disconnect in done:
-                    return
-                if decided in done:
-                    outcome = decided.result().get("outcome")
-                    decided = None
-                    if outcome is not None:
-                        final = answers.decided_answer(wait, outcome)
-                    continue
-                progress += 1
-                notification = progress_notification(wait.progress_token, progress)
-                await self.send_body(sse_event(encode(notification).decode()), more=True)
-            await self.send_body(sse_event(encode(final).decode()), more=False)
-        finally:
-            for pending in (decided, disconnect):
-                if pending is not None:
-                    pending.cancel()
-            with contextlib.suppress(Exception):
-                await layer.group_discard(group, channel)
+        final = await database_sync_to_async(answers.decided)(wait)
+        while final is None:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                final = deadline_answer
+                break
+            # One receive stays pending across progress ticks: cancelling a layer receive can drop the
+            # message it was about to return.
+            if not received:
+                received.append(asyncio.ensure_future(layer.receive(channel)))
+            done, _ = await asyncio.wait(
+                {received[0], disconnect}, timeout=min(wait.interval, remaining), return_when=asyncio.FIRST_COMPLETED
+            )
+            if disconnect in done:
+                return None
+            if received[0] in done:
+                event = received.pop().result()
+                if event.get("type") == "mcp.cancelled":
+                    await database_sync_to_async(answers.cancel_wait)(wait)
+                    return b""
+                if event.get("outcome") is not None:
+                    final = answers.decided_answer(wait, event["outcome"])
+                continue
+            progress += 1
+            notification = progress_notification(wait.progress_token, progress)
+            await self.send_body(sse_event(encode(notification).decode()), more=True)
+        return sse_event(encode(final).decode())
 
     async def wait_for_disconnect(self) -> None:
         while (await self.receive())["type"] != "http.disconnect":
@@ -219,10 +280,10 @@ class McpHttpConsumer(EventStreamConsumer):
         await self.stream(self.receive, plan.groups, first=first or b": open\n\n", headers=headers)
 
     def next_event_id(self) -> str | None:
-        if self.plan is not None and self.plan.subscription_id is not None:
-            return None  # listen streams carry no ids: a client would try to resume them
+        if self.plan is None or not self.plan.event_ids:
+            return None
         self.event_seq += 1
-        return str(self.event_seq)
+        return f"{self.stream_key}-{self.event_seq}"
 
     async def send_event(self, message: dict[str, Any]) -> None:
         await self.send(
@@ -240,7 +301,7 @@ class McpHttpConsumer(EventStreamConsumer):
     async def may_stay_open(self) -> bool:
         plan = self.plan
         assert plan is not None
-        return await database_sync_to_async(upkeep.stream_may_stay_open)(plan.token_id, plan.session_id)
+        return await database_sync_to_async(upkeep.stream_may_stay_open)(plan.token_id, plan.session_id, plan.stream_id)
 
     async def end_stream(self) -> None:
         plan = self.plan
@@ -258,8 +319,10 @@ class McpHttpConsumer(EventStreamConsumer):
 
     async def stream_closed(self) -> None:
         plan = self.plan
-        if plan is not None and plan.end_session_on_close and plan.session_id:
-            await database_sync_to_async(upkeep.end_session_of_stream)(plan.session_id)
+        if plan is not None and (plan.stream_id is not None or (plan.end_session_on_close and plan.session_id)):
+            await database_sync_to_async(upkeep.stream_ended)(
+                plan.stream_id, plan.session_id, end_session=plan.end_session_on_close
+            )
 
     # --- events from the channel layer and the client ----------------------------------------------
 

@@ -8,6 +8,7 @@ object, and anything else into a bare -32603 without library text or traceback.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from forge_core.errors import Refusal
@@ -20,6 +21,9 @@ INTERNAL_ERROR = -32603
 HEADER_MISMATCH = -32020
 MISSING_REQUIRED_CLIENT_CAPABILITY = -32021
 UNSUPPORTED_PROTOCOL_VERSION = -32022
+# In the range JSON-RPC leaves to the server: the request was understood and refused, for a reason that is
+# the client's to act on (`data.error` names it: a cap reached, say). Not an internal error.
+REFUSED = -32029
 
 
 class RpcError(Exception):
@@ -40,24 +44,115 @@ class RpcError(Exception):
 
 
 def refusal_error(refusal: Refusal) -> RpcError:
-    """A refusal that meets the protocol outside a tool call (the audit row of a session's opening could not
-    be written): -32603 with the refusal's code and message, sent with its HTTP status where the transport
-    answers with one."""
-    return RpcError(
-        INTERNAL_ERROR, f"{refusal.code}: {refusal.message}", {"error": refusal.code}, http_status=refusal.status
-    )
+    """A refusal that meets the protocol outside a tool call, with its code and message (and details in
+    `data`), sent with its HTTP status where the transport answers with one: -32603 when the server could not
+    do it (the audit row of a session's opening could not be written), `REFUSED` when the client can act on
+    it (a 4xx: the token's cap of open sessions reached)."""
+    code = REFUSED if refusal.status < 500 else INTERNAL_ERROR
+    return RpcError(code, f"{refusal.code}: {refusal.message}", refusal.structured(), http_status=refusal.status)
 
 
-def decode(body: bytes) -> Any:
-    """Decode a request body as JSON, or raise the -32700 parse error (HTTP 400)."""
+class UnreadableMessage(RpcError):
+    """A body this server will not act on, refused before anything reads its meaning: not JSON, a `NaN` or
+    `Infinity`, a lone surrogate, or nesting past the limit. Carries the id to answer with (the request's
+    own where it is usable, else null) and the audit outcome that names the flaw."""
+
+    def __init__(self, code: int, message: str, *, outcome: str, request_id: Any = None, data: Any = None) -> None:
+        super().__init__(code, message, data, http_status=400)
+        self.outcome = outcome
+        self.request_id = request_id
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# After decoding, a well-formed pair is one code point; whatever surrogate is left stands alone.
+
+
+_MEMBERS = ("jsonrpc", "id", "method", "params", "result", "error")
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def decode(body: bytes, *, max_depth: int) -> Any:
+    """Decode a request body as JSON and screen what it carries, or raise `UnreadableMessage`.
+
+    Not JSON, or `NaN` / `Infinity` (which Python's parser accepts and JSON does not): -32700. A lone
+    surrogate (it cannot be encoded again, so no answer or audit row could carry it) or nesting deeper than
+    `max_depth` (a message itself is depth 1): -32600 with id null when it is in the id, -32602 with the
+    request's id when it is in `params`, -32600 with the id anywhere else. A batch is screened entry by
+    entry and refused whole with the first entry's flaw."""
     try:
-        return json.loads(body)
+        message = json.loads(body, parse_constant=_refuse_constant)
     except (ValueError, RecursionError):
-        raise RpcError(
+        raise UnreadableMessage(
             PARSE_ERROR,
-            "Parse error: the body is not valid JSON. Send one JSON-RPC 2.0 message.",
-            http_status=400,
+            "Parse error: the body is not valid JSON (NaN and Infinity are not JSON). Send one JSON-RPC 2.0 message.",
+            outcome="bad_json",
         ) from None
+    try:
+        for entry in message if isinstance(message, list) else [message]:
+            _screen(entry, max_depth)
+    except RecursionError:  # a limit set past what the stack allows: the message is too deep all the same
+        raise _unreadable("too_deep", "message", None, max_depth) from None
+    return message
+
+
+def _screen(message: Any, max_depth: int) -> None:
+    if not isinstance(message, dict):
+        flaw = _flaw(message, max_depth)
+        if flaw is not None:
+            raise _unreadable(flaw, "message", None, max_depth)
+        return
+    id_flaw = _flaw(message["id"], max_depth - 1) if "id" in message else None
+    if id_flaw is not None:
+        raise _unreadable(id_flaw, "id", None, max_depth)
+    request_id = message.get("id") if is_valid_id(message.get("id")) else None
+    for key, value in message.items():
+        flaw = "lone_surrogate" if _SURROGATE.search(key) else _flaw(value, max_depth - 1)
+        if flaw is not None:
+            raise _unreadable(flaw, key if key in _MEMBERS else "message", request_id, max_depth)
+
+
+def _flaw(value: Any, depth_left: int) -> str | None:
+    """'lone_surrogate' or 'too_deep' for the first flaw in `value`, or None; never looks deeper than allowed."""
+    if isinstance(value, str):
+        return "lone_surrogate" if _SURROGATE.search(value) else None
+    if not isinstance(value, (dict, list)):
+        return None
+    if depth_left <= 0:
+        return "too_deep"
+    for key in value if isinstance(value, dict) else ():
+        if _SURROGATE.search(key):
+            return "lone_surrogate"
+    for item in value.values() if isinstance(value, dict) else value:
+        flaw = _flaw(item, depth_left - 1)
+        if flaw is not None:
+            return flaw
+    return None
+
+
+def _unreadable(flaw: str, where: str, request_id: Any, max_depth: int) -> UnreadableMessage:
+    if flaw == "too_deep":
+        what = (
+            f"nests objects and arrays deeper than this server's limit of {max_depth} levels "
+            f"(FORGE_MAX_JSON_DEPTH, the message itself counting as one); flatten it"
+        )
+        data: Any = {"limit": max_depth, "where": where}
+    else:
+        what = "contains a lone UTF-16 surrogate, which is not a character; send valid Unicode text"
+        data = {"where": where}
+    if where == "params":
+        return UnreadableMessage(
+            INVALID_PARAMS, f"Invalid params: params {what}.", outcome=flaw, request_id=request_id, data=data
+        )
+    return UnreadableMessage(
+        INVALID_REQUEST,
+        f"Invalid request: the message's {where!r} {what}.",
+        outcome=flaw,
+        request_id=request_id,
+        data=data,
+    )
 
 
 def encode(message: Any) -> bytes:

@@ -10,11 +10,11 @@ from typing import Any
 from django.conf import settings
 
 from confirmations.models import ConfirmationState, PendingConfirmation
-from confirmations.services import expire_due, outcome_of
+from confirmations.services import do_cancel_confirmations, expire_due, outcome_of
 from mcp_api import jsonrpc
 from mcp_api.protocol import CallContext, respond, shape_result, tool_result
 from mcp_api.tools.common import outcome_result
-from mcp_api.transports.core import ERROR_STATUS, EVENT_STREAM, JSON, Exchange, Reply, WaitPlan
+from mcp_api.transports.core import ERROR_STATUS, EVENT_STREAM, JSON, Exchange, Reply, WaitPlan, request_group
 
 
 def answer(exchange: Exchange, ctx: CallContext, message: dict[str, Any]) -> Reply:
@@ -34,8 +34,17 @@ def answer(exchange: Exchange, ctx: CallContext, message: dict[str, Any]) -> Rep
             revision=ctx.revision,
             seconds=settings.FORGE_CONFIRM_WAIT_S,
             interval=settings.FORGE_CONFIRM_PROGRESS_SECONDS,
+            cancel_group=request_group(ctx.token, "" if ctx.stateless else ctx.session_id, message["id"]),
+            principal=ctx.called_by,
         )
     return Reply(status=status, body=answered, sse=sse, wait=wait)
+
+
+def cancel_wait(wait: WaitPlan) -> None:
+    """The client cancelled the waiting request: its confirmation, if still pending, is cancelled (audited)."""
+    do_cancel_confirmations(
+        "client_cancelled", sessions=None, pending_id=wait.confirmation_id, acting_user=wait.principal
+    )
 
 
 def _progress_token(message: dict[str, Any]) -> Any:

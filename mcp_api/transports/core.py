@@ -14,15 +14,22 @@ at `answers_refusals`, the decorator of every entry point, which turns each into
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
 
+from django.conf import settings
+
 from access import services
 from access.models import ClientToken
-from forge_core.errors import Refusal
+from audit.models import EventKind
+from audit.services import record
+from forge_core.errors import AuditUnavailable, Refusal
 from mcp_api import jsonrpc
 from mcp_api.jsonrpc import (
     HEADER_MISMATCH,
@@ -110,6 +117,11 @@ class StreamPlan:
     end_session_on_close: bool = False
     subscription_id: Any = None
     notifications: frozenset[str] = frozenset()
+    stream_id: int | None = None  # its row counted against the token's stream cap (access.limits)
+    # Whether its events carry ids. Only the legacy /sse stream's do: no stream here can be resumed, and a
+    # Streamable HTTP client that saw ids would reconnect with Last-Event-ID, which is refused, and stop
+    # listening; without ids it opens a fresh stream.
+    event_ids: bool = False
 
 
 @dataclass
@@ -124,6 +136,8 @@ class WaitPlan:
     revision: str
     seconds: float
     interval: float
+    cancel_group: str  # where the client's notifications/cancelled for this request arrives
+    principal: str  # who asked: the one a cancellation is audited as
 
 
 @dataclass
@@ -136,6 +150,7 @@ class Reply:
     wait: WaitPlan | None = None
     # (group, message) pairs to publish; a batch's answers go as one list, as the client sent them.
     deliver: list[tuple[str, dict[str, Any] | list[dict[str, Any]]]] = field(default_factory=list)
+    cancel: list[str] = field(default_factory=list)  # request groups told their request was cancelled
 
     @classmethod
     def rpc_error(cls, exc: RpcError, request_id: Any = None, *, status: int | None = None) -> Reply:
@@ -222,3 +237,68 @@ def authenticate(exchange: Exchange) -> ClientToken:
     if token is None:
         raise Unauthorized("this token is unknown, expired or revoked; ask an operator for a new one.")
     return token
+
+
+def read_message(exchange: Exchange, token: ClientToken, transport: str, session_id: str = "") -> Any:
+    """The JSON-RPC message (or batch) the body carries, screened by `jsonrpc.decode`; a body refused unread
+    is audited and answered with the error's id (null when there is none to trust)."""
+    try:
+        return jsonrpc.decode(exchange.body, max_depth=settings.FORGE_MAX_JSON_DEPTH)
+    except jsonrpc.UnreadableMessage as unreadable:
+        audit_refused_request(
+            token,
+            unreadable.outcome,
+            {"transport": transport, "path": exchange.path[:200], "code": unreadable.code, **(unreadable.data or {})},
+            session_id=session_id,
+        )
+        raise ExchangeRefused(unreadable, unreadable.request_id) from None
+
+
+def audit_refused_request(token: ClientToken, outcome: str, arguments: dict[str, Any], *, session_id: str = "") -> None:
+    """The audit row of an authenticated request refused whole before any of it ran; the refusal stands even
+    when the row cannot be written."""
+    with contextlib.suppress(AuditUnavailable):
+        record(
+            EventKind.REQUEST_REFUSED,
+            arguments=arguments,
+            outcome=outcome,
+            called_by=token.owner.get_username(),
+            session=session_id,
+            client_label=token.label,
+        )
+
+
+def request_group(token: ClientToken, session_id: str, request_id: Any) -> str:
+    """The channel-layer group of one request in flight, named by the id and what the id is unique within
+    (its session; without one, on the stateless revision, its token): where that client's
+    `notifications/cancelled` for it goes."""
+    scope = f"session:{session_id}" if session_id else f"token:{token.pk}"
+    digest = hashlib.sha256(json.dumps([scope, request_id]).encode()).hexdigest()[:40]
+    return f"mcp-request.{digest}"
+
+
+def cancelled_requests(token: ClientToken, session_id: str, messages: list[Any]) -> list[str]:
+    """The request groups that the `notifications/cancelled` among `messages` name."""
+    groups = []
+    for message in messages:
+        if isinstance(message, dict) and message.get("method") == "notifications/cancelled" and "id" not in message:
+            request_id = (message.get("params") or {}).get("requestId")
+            if jsonrpc.is_valid_id(request_id):
+                groups.append(request_group(token, session_id, request_id))
+    return groups
+
+
+def refuse_resumption(exchange: Exchange, token: ClientToken, transport: str) -> None:
+    """A stream cannot be resumed (`Last-Event-ID`): the events it carried are not kept, so a request to
+    replay them is refused (audited) rather than answered with a fresh stream as if nothing was missed."""
+    if exchange.header("last-event-id") is None:
+        return
+    audit_refused_request(token, "resumption_refused", {"transport": transport, "path": exchange.path[:200]})
+    raise ExchangeRefused(
+        RpcError(
+            INVALID_REQUEST,
+            "Resuming a stream (Last-Event-ID) is not supported: this server keeps no events to replay. Open a new "
+            "stream without Last-Event-ID, and send again any request whose answer you did not receive.",
+        ),
+        status=400,
+    )

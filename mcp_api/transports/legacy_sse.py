@@ -7,20 +7,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from access import services
+from access import limits, services
 from access.models import BROADCAST_GROUP, McpSession, Transport, session_group, token_group
+from forge_core.errors import Refusal
 from mcp_api import jsonrpc
 from mcp_api.protocol import respond
 from mcp_api.transports.core import (
     EVENT_STREAM,
     LISTEN_FILTERS,
     Exchange,
+    ExchangeRefused,
     NoSuchSession,
     Reply,
     StreamPlan,
     answers_refusals,
     authenticate,
     not_acceptable,
+    read_message,
+    refuse_resumption,
 )
 from mcp_api.transports.sessions import (
     answer_all,
@@ -38,7 +42,13 @@ def handle_open(exchange: Exchange) -> Reply:
     if not exchange.accepts(EVENT_STREAM):
         raise not_acceptable("text/event-stream")
     token = authenticate(exchange)
-    session = services.do_open_session(token, transport=Transport.SSE)
+    refuse_resumption(exchange, token, Transport.SSE)
+    stream_id = limits.do_open_stream(token)
+    try:
+        session = services.do_open_session(token, transport=Transport.SSE)
+    except Refusal:
+        limits.stream_closed(stream_id)
+        raise
     plan = StreamPlan(
         token_id=token.pk,
         token_expires_at=token.expires_at,
@@ -46,7 +56,9 @@ def handle_open(exchange: Exchange) -> Reply:
         session_id=session.id,
         first_events=[("endpoint", f"/messages/?session_id={session.id}")],
         end_session_on_close=True,
+        stream_id=stream_id,
         notifications=frozenset(LISTEN_FILTERS.values()),
+        event_ids=True,
     )
     return Reply(status=200, stream=plan)
 
@@ -58,8 +70,14 @@ def handle_message(exchange: Exchange) -> Reply:
     session = services.find_session(token, exchange.query("session_id"))
     if session is None or session.transport != Transport.SSE:
         raise NoSuchSession("Open a new stream with GET /sse.")
-    message = jsonrpc.decode(exchange.body)
     group = session_group(session.id)
+    try:
+        message = read_message(exchange, token, Transport.SSE, session.id)
+    except ExchangeRefused as refused:
+        if refused.request_id is None:
+            raise
+        # A request refused for what its params carry is answered where its answer would go: on the stream.
+        return Reply(status=202, body="Accepted", deliver=[(group, jsonrpc.error(refused.request_id, refused.error))])
     ctx = session_context(token, session, Transport.SSE)
     if isinstance(message, list):
         if not message:

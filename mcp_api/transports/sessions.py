@@ -4,19 +4,16 @@ session's revision has them."""
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 from django.conf import settings
 
 from access.models import ClientToken, McpSession, Transport
-from audit.models import EventKind
-from audit.services import record
-from forge_core.errors import AuditUnavailable
 from mcp_api import jsonrpc
 from mcp_api.jsonrpc import INVALID_REQUEST, RpcError
 from mcp_api.protocol import CAPABILITIES, SERVER_INFO, CallContext, instructions, respond
 from mcp_api.revisions import BATCH_REVISIONS, negotiate
+from mcp_api.transports.core import audit_refused_request
 
 
 def session_context(token: ClientToken, session: McpSession, transport: Transport) -> CallContext:
@@ -61,7 +58,8 @@ def check_batch(ctx: CallContext, revision: str, batch: list[Any]) -> None:
         )
     limit = settings.FORGE_MAX_BATCH
     if len(batch) > limit:
-        _audit_oversized_batch(ctx, len(batch), limit)
+        arguments = {"transport": ctx.transport, "revision": ctx.revision, "batch_size": len(batch), "limit": limit}
+        audit_refused_request(ctx.token, "batch_too_large", arguments, session_id=ctx.session_id)
         raise RpcError(
             INVALID_REQUEST,
             f"Invalid request: this batch has {len(batch)} messages, more than this server's limit of {limit} "
@@ -71,19 +69,6 @@ def check_batch(ctx: CallContext, revision: str, batch: list[Any]) -> None:
         )
     if any(isinstance(m, dict) and m.get("method") == "initialize" for m in batch):
         raise jsonrpc.invalid_request("initialize must be sent on its own, not in a batch.")
-
-
-def _audit_oversized_batch(ctx: CallContext, size: int, limit: int) -> None:
-    """The audit row of a batch refused for its size; the refusal stands even when it cannot be written."""
-    with contextlib.suppress(AuditUnavailable):
-        record(
-            EventKind.REQUEST_REFUSED,
-            arguments={"transport": ctx.transport, "revision": ctx.revision, "batch_size": size, "limit": limit},
-            outcome="batch_too_large",
-            called_by=ctx.called_by,
-            session=ctx.session_id,
-            client_label=ctx.token.label,
-        )
 
 
 def answer_all(ctx: CallContext, batch: list[Any]) -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ import base64
 import binascii
 from typing import Any
 
+from access import limits
 from access.models import BROADCAST_GROUP, ClientToken, Transport, token_group
 from mcp_api import jsonrpc
 from mcp_api.jsonrpc import (
@@ -39,6 +40,7 @@ from mcp_api.transports.core import (
     ExchangeRefused,
     Reply,
     StreamPlan,
+    cancelled_requests,
 )
 
 
@@ -59,7 +61,7 @@ def is_stateless_request(exchange: Exchange, message: Any) -> bool:
 def post(exchange: Exchange, token: ClientToken, message: Any) -> Reply:
     """Answer a stateless POST for an authenticated token."""
     if isinstance(message, dict) and "id" not in message:
-        return _notification(exchange, message)
+        return _notification(exchange, token, message)
     if jsonrpc.kind_of(message) != "request":
         detail = "Batches are not part of MCP revision 2026-07-28." if isinstance(message, list) else ""
         raise ExchangeRefused(jsonrpc.invalid_request(detail), jsonrpc.safe_id(message))
@@ -87,13 +89,13 @@ def post(exchange: Exchange, token: ClientToken, message: Any) -> Reply:
     return answer(exchange, ctx, message)
 
 
-def _notification(exchange: Exchange, message: dict[str, Any]) -> Reply:
+def _notification(exchange: Exchange, token: ClientToken, message: dict[str, Any]) -> Reply:
     if jsonrpc.kind_of(message) != "notification":
         raise jsonrpc.invalid_request()
     requested = exchange.header("mcp-protocol-version") or ""
     if requested not in STATELESS_REVISIONS:
         raise ExchangeRefused(_unsupported(requested), status=400)
-    return Reply(status=202)
+    return Reply(status=202, cancel=cancelled_requests(token, "", [message]))
 
 
 def _unsupported(requested: Any) -> RpcError:
@@ -206,5 +208,6 @@ def _listen(ctx: CallContext, message: dict[str, Any]) -> Reply:
         first_events=[("message", jsonrpc.encode(acknowledged).decode())],
         subscription_id=subscription_id,
         notifications=frozenset(LISTEN_FILTERS[key] for key in honored),
+        stream_id=limits.do_open_stream(ctx.token),
     )
     return Reply(status=200, stream=plan)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from access import services
+from access import limits, services
 from access.models import BROADCAST_GROUP, ClientToken, McpSession, Transport, session_group, token_group
 from mcp_api import jsonrpc
 from mcp_api.jsonrpc import INVALID_REQUEST, RpcError
@@ -28,7 +28,10 @@ from mcp_api.transports.core import (
     StreamPlan,
     answers_refusals,
     authenticate,
+    cancelled_requests,
     not_acceptable,
+    read_message,
+    refuse_resumption,
 )
 from mcp_api.transports.sessions import (
     answer_all,
@@ -45,7 +48,7 @@ def handle_post(exchange: Exchange) -> Reply:
     if not (exchange.accepts(JSON) or exchange.accepts(EVENT_STREAM)):
         raise not_acceptable("application/json and text/event-stream")
     token = authenticate(exchange)
-    message = jsonrpc.decode(exchange.body)
+    message = read_message(exchange, token, Transport.STREAMABLE_HTTP)
     if stateless.is_stateless_request(exchange, message):
         return stateless.post(exchange, token, message)
     if isinstance(message, list):
@@ -59,7 +62,7 @@ def handle_post(exchange: Exchange) -> Reply:
     ctx = session_context(token, session, Transport.STREAMABLE_HTTP)
     if kind != "request":
         client_notification(ctx, message)
-        return Reply(status=202)
+        return Reply(status=202, cancel=cancelled_requests(token, session.id, [message]))
     return answer(exchange, ctx, message)
 
 
@@ -70,7 +73,8 @@ def _post_batch(exchange: Exchange, token: ClientToken, batch: list[Any]) -> Rep
     ctx = session_context(token, session, Transport.STREAMABLE_HTTP)
     check_batch(ctx, session.protocol_version, batch)
     answers = answer_all(ctx, batch)
-    return Reply(status=200, body=answers) if answers else Reply(status=202)
+    cancel = cancelled_requests(token, session.id, batch)
+    return Reply(status=200, body=answers, cancel=cancel) if answers else Reply(status=202, cancel=cancel)
 
 
 def _initialize(exchange: Exchange, token: ClientToken, message: dict[str, Any]) -> Reply:
@@ -120,12 +124,14 @@ def handle_get(exchange: Exchange) -> Reply:
             headers={"Allow": "POST"},
         )
     session = _require_session(exchange, token)
+    refuse_resumption(exchange, token, Transport.STREAMABLE_HTTP)
     plan = StreamPlan(
         token_id=token.pk,
         token_expires_at=token.expires_at,
         groups=[session_group(session.id), token_group(token.pk), BROADCAST_GROUP],
         session_id=session.id,
         notifications=frozenset(LISTEN_FILTERS.values()),
+        stream_id=limits.do_open_stream(token, session.id),
     )
     return Reply(status=200, stream=plan)
 

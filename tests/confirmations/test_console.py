@@ -116,7 +116,7 @@ def test_the_list_filters_by_state_and_finds_a_confirmation_by_its_memorable_id(
 def test_the_list_and_the_contracts_follow_the_console_feed(operator):
     page = operator.get(reverse(CONFIRMATIONS)).content.decode()
 
-    live = page[page.index("var live = [") : page.index("];")]
+    live = page[page.index("data-live-pages=") :].split('"')[1].split()
     assert reverse(CONFIRMATIONS) in live and reverse(CONTRACTS) in live
 
 

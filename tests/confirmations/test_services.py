@@ -383,15 +383,20 @@ def test_cancelling_a_sessions_confirmations_cancels_only_its_pending_ones(cast,
     denied = ask(cast, project, session="ending")
     do_deny_confirmation(denied.id, acting_user=cast.operator.user)
     other = ask(cast, project, session="staying")
-    assert do_cancel_confirmations("ending", acting_user="session-end") == 2
+    assert do_cancel_confirmations("session_ended", sessions=["ending"], acting_user="session-end") == 2
     assert [reloaded(c).state for c in (first, second, denied, other)] == [
         C.CANCELLED,
         C.CANCELLED,
         C.DENIED,
         C.PENDING,
     ]
-    assert reloaded(first).outcome["reason"] == "cancelled"
-    assert decided_rows(first) == [("cancelled", "session-end")]
+    outcome = reloaded(first).outcome
+    assert (outcome["error"], outcome["reason"], outcome["cause"]) == (
+        "FORGE_ERR_CONFIRMATION_CANCELLED",
+        "cancelled",
+        "session_ended",
+    )
+    assert decided_rows(first) == [("cancelled: session_ended", "session-end")]
 
 
 # --- recovery after a crash -------------------------------------------------------------------------

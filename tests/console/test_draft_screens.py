@@ -119,7 +119,7 @@ def test_a_draft_whose_every_operation_conflicts_is_listed_as_changing_nothing(o
 def test_the_list_follows_the_console_feed(operator):
     page = operator.get(DRAFTS).content.decode()
 
-    live = page[page.index("var live = [") : page.index("];")]
+    live = page[page.index("data-live-pages=") :].split('"')[1].split()
     assert DRAFTS in live
 
 

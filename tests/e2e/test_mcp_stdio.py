@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -49,3 +50,28 @@ def test_the_bridge_refuses_to_start_without_a_token(forge_server):
 
     assert done.returncode != 0
     assert "--token-file" in done.stderr
+
+
+def test_the_bridge_relays_unreadable_lines_and_relays_the_servers_refusals(forge_server):
+    lines = [
+        b'{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", '
+        b'"capabilities": {}, "clientInfo": {"name": "\xed\xa0\x80", "version": "1"}}}',
+        b'{"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {"protocolVersion": NaN}}',
+        b"\xff\xfe not UTF-8",
+    ]
+    done = subprocess.run(
+        [sys.executable, "manage.py", "mcp_stdio", "--url", forge_server.mcp_url],
+        cwd=ROOT,
+        env={**forge_server.env, "FORGE_MCP_TOKEN": forge_server.token},
+        input=b"\n".join(lines) + b"\n",
+        capture_output=True,
+        timeout=60,
+    )
+
+    assert done.returncode == 0, done.stderr
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(answer["id"], answer["error"]["code"]) for answer in answers] == [
+        (1, -32602),
+        (None, -32700),
+        (None, -32700),
+    ]

@@ -5,6 +5,7 @@ waits for the operator's decision while sending progress."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,20 +14,28 @@ import pytest
 from channels.db import database_sync_to_async
 from django.conf import settings
 
+from access.models import McpSession
 from audit.models import AuditEvent, EventKind
 from confirmations.models import ConfirmationState, PendingConfirmation
 from confirmations.services import do_approve_confirmation, do_deny_confirmation
 from mcp_api import protocol
-from mcp_api.jsonrpc import INVALID_PARAMS
+from mcp_api.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 from mcp_api.registry import REGISTRY, visible_tools
 from mcp_api.tools.writes import WRITE_OPERATIONS, register_write_tools, unregister_write_tools
+from mcp_api.transports import answers
 from projects.models import Project
 from projects.plcopen import documents
 from projects.services import do_import_project, project_path
 from tests.mcp_api.helpers import (
     Response,
     allow_project,
+    envelope,
+    mcp_headers,
+    notification,
+    open_session,
     open_stream,
+    post,
+    rpc,
     send,
     stateless_headers,
     stateless_rpc,
@@ -290,3 +299,113 @@ async def _final(stream) -> dict[str, Any]:
         message = (await stream.next_event()).json()
         if "result" in message or "error" in message:
             return message
+
+
+# --- hostile input and cancellation while waiting -----------------------------------------------------
+
+
+@pytest.mark.usefixtures("override")
+async def test_a_write_with_a_surrogate_progress_token_answers(cast, steps):
+    token = cast.operator.raw_token
+    arguments = await with_handle(token, {"project": "steps", **ADD_EXTRA})
+    body = stateless_rpc("tools/call", {"name": "project.write.add_variable", "arguments": arguments})
+    body["params"]["_meta"]["progressToken"] = "\ud800"
+    headers = stateless_headers(token, "tools/call", name="project.write.add_variable")
+
+    response = await send("POST", "/mcp", headers=headers, body=json.dumps(body).encode())
+
+    assert response.status == 400
+    assert response.json()["id"] == 1
+    assert response.error_code == INVALID_PARAMS
+    assert await database_sync_to_async(PendingConfirmation.objects.count)() == 0
+    [refusal] = await database_sync_to_async(list)(AuditEvent.objects.filter(kind=EventKind.REQUEST_REFUSED))
+    assert refusal.outcome == "lone_surrogate"
+
+
+async def cancel(token: str, request_id: Any) -> Response:
+    body = {
+        "jsonrpc": "2.0",
+        "method": "notifications/cancelled",
+        "params": {"requestId": request_id, "_meta": envelope()},
+    }
+    return await send("POST", "/mcp", headers=stateless_headers(token, "notifications/cancelled"), body=body)
+
+
+@pytest.mark.usefixtures("override")
+async def test_notifications_cancelled_stops_a_waiting_write(cast, steps, settings):
+    settings.FORGE_CONFIRM_PROGRESS_SECONDS = 0.05
+    token = cast.operator.raw_token
+    async with await waiting_call(token, {"project": "steps", **ADD_EXTRA}) as stream:
+        assert (await stream.next_event()).json()["method"] == "notifications/progress"  # it is waiting
+        accepted = await cancel(token, 1)
+        rest = await stream.until_closed()
+
+    assert accepted.status == 202
+    assert all(event.json().get("method") == "notifications/progress" for event in rest)  # and no answer
+    pending = await _first_pending()
+    assert pending.state == ConfirmationState.CANCELLED
+    assert pending.outcome["cause"] == "client_cancelled"
+    [decided] = await database_sync_to_async(list)(AuditEvent.objects.filter(kind=EventKind.CONFIRMATION_DECIDED))
+    assert decided.outcome == "cancelled: client_cancelled"
+    assert decided.called_by == cast.operator.user.get_username()
+    assert b'name="Extra"' not in await file_bytes(steps)
+
+
+@pytest.mark.usefixtures("override")
+async def test_a_cancel_naming_another_request_leaves_the_wait_alone(cast, steps, settings):
+    settings.FORGE_CONFIRM_PROGRESS_SECONDS = 0.05
+    settings.FORGE_CONFIRM_WAIT_S = 0.5
+    token = cast.operator.raw_token
+    async with await waiting_call(token, {"project": "steps", **ADD_EXTRA}) as stream:
+        await stream.next_event()
+        await cancel(token, 2)
+        await cancel(cast.other_operator.raw_token, 1)  # another principal's request 1 is not this one
+        message = await _final(stream)
+
+    assert message["result"]["structuredContent"]["error"] == "FORGE_ERR_CONFIRMATION_REQUIRED"
+    assert (await _first_pending()).state == ConfirmationState.PENDING
+
+
+@pytest.mark.usefixtures("override")
+async def test_a_failure_while_waiting_ends_the_stream_with_a_json_rpc_error(cast, steps, settings, monkeypatch):
+    def broken(wait: Any) -> None:
+        raise RuntimeError("the database went away")
+
+    monkeypatch.setattr(answers, "decided", broken)
+    async with await waiting_call(cast.operator.raw_token, {"project": "steps", **ADD_EXTRA}) as stream:
+        [event] = await stream.until_closed()
+
+    assert event.json()["id"] == 1
+    assert event.json()["error"]["code"] == INTERNAL_ERROR
+    assert "database" not in event.data
+
+
+def allow_session(raw_token: str, session_id: str, slug: str) -> None:
+    """An operator-allowed grant for a Streamable HTTP session on a project."""
+    from access.grants import do_decide_access, raise_request
+    from access.models import AccessState
+
+    session = McpSession.objects.select_related("token__owner").get(pk=session_id)
+    request = raise_request(session.token, session, Project.objects.get(slug=slug))
+    if request.state == AccessState.PENDING:
+        do_decide_access(request.pk, allow=True, user=session.token.owner)
+
+
+@pytest.mark.usefixtures("override")
+async def test_notifications_cancelled_on_a_session_stops_its_waiting_write(cast, steps, settings):
+    settings.FORGE_CONFIRM_PROGRESS_SECONDS = 0.05
+    token = cast.operator.raw_token
+    session_id = await open_session(token, "2025-06-18")
+    await database_sync_to_async(allow_session)(token, session_id, "steps")
+    params = {"name": "project.write.add_variable", "arguments": {"project": "steps", **ADD_EXTRA}}
+    body = rpc("tools/call", {**params, "_meta": {"progressToken": "p-9"}}, id="w-1")
+
+    async with open_stream("POST", "/mcp", headers=mcp_headers(token, session_id=session_id), body=body) as stream:
+        assert (await stream.next_event()).json()["method"] == "notifications/progress"
+        other_session = await open_session(token, "2025-06-18")
+        await post(token, notification("notifications/cancelled", {"requestId": "w-1"}), session_id=other_session)
+        await post(token, notification("notifications/cancelled", {"requestId": "w-1"}), session_id=session_id)
+        rest = await stream.until_closed()
+
+    assert all("result" not in event.json() for event in rest)
+    assert (await _first_pending()).state == ConfirmationState.CANCELLED

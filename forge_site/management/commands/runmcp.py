@@ -1,25 +1,30 @@
 """`python manage.py runmcp`: serve MCP, the console and the API with daphne.
 
 It serves the whole application and runs the process's background work (contract recovery at start-up,
-audit checkpoints, confirmation expiry), none of it one edge's, so it belongs to the composition root.
+audit checkpoints, confirmation expiry, following the outbox of messages that `manage.py` commands send to
+open streams), none of it one edge's, so it belongs to the composition root.
 """
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import resource
 import threading
 
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 from channels.routing import get_default_application
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, close_old_connections
 
+from access import outbox
 from audit.services import checkpoint_if_due
 from confirmations.services import expire_due, recover
 from forge_core.env import envint, envstr
 from forge_core.errors import AuditUnavailable
+from forge_core.live import mark_outside_server
 
 logger = logging.getLogger("forge.server")
 EXPIRY_SWEEP_SECONDS = 2.0
@@ -80,15 +85,24 @@ class Command(BaseCommand):
             raise CommandError(f"--port {port} is not a TCP port; use 1-65535.")
         from daphne.server import Server  # installs the asyncio reactor; import before anything else does
 
+        from forge_site.request_head import serve_with_head_limits
+
+        serve_with_head_limits()  # an oversized request head gets 431 and a JSON body, not a bare 400
+
+        mark_outside_server(False)  # this process holds the streams: its messages reach them directly
         # The application that settings name (ASGI_APPLICATION), found as Channels' own runserver finds it,
         # after daphne's reactor is installed above.
         application = get_default_application()
 
         raise_open_files_limit()
+        # The audit log against what is kept outside the database (audit.E001, audit.E002): refuse to serve
+        # on a database that lost events, before anything could be recorded on top of it.
+        self.check(databases=["default"], tags=["audit"])
         recover_contracts(self.stdout)
         url = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
 
         stop = threading.Event()
+        following: list[asyncio.Task] = []  # the outbox follower, held so that it is not collected
 
         def ready() -> None:
             # Everything loaded at start-up lives for the whole process; freezing it keeps the cyclic
@@ -100,6 +114,9 @@ class Command(BaseCommand):
             if settings.FORGE_AUDIT_CHECKPOINT_SECONDS:
                 threading.Thread(target=checkpoint_loop, args=(stop,), name="audit-checkpoints", daemon=True).start()
             threading.Thread(target=expiry_loop, args=(stop,), name="confirmation-expiry", daemon=True).start()
+            if isinstance(get_channel_layer(), InMemoryChannelLayer):
+                # daphne has made the reactor's loop the current one; the task runs once the reactor does.
+                following.append(asyncio.get_event_loop().create_task(outbox.follow()))
 
         if settings.FORGE_OVERRIDE_SECURITIES:
             self.stdout.write("WARNING: FORGE_OVERRIDE_SECURITIES=1: direct-write tools are registered.")

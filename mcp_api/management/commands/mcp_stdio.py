@@ -47,7 +47,7 @@ class Bridge:
             headers["MCP-Protocol-Version"] = self.revision
         return headers
 
-    def relay(self, line: str) -> None:
+    def relay(self, line: bytes) -> None:
         try:
             message = json.loads(line)
         except ValueError:
@@ -59,7 +59,7 @@ class Bridge:
                 }
             )
             return
-        with self.http.stream("POST", self.url, content=line.encode(), headers=self.headers()) as response:
+        with self.http.stream("POST", self.url, content=line, headers=self.headers()) as response:
             if isinstance(message, dict) and message.get("method") == "initialize" and response.status_code == 200:
                 self.session_id = response.headers.get("mcp-session-id")
             self.forward(response)
@@ -153,7 +153,9 @@ class Command(BaseCommand):
             raise CommandError("Give the client token with --token-file F or the FORGE_MCP_TOKEN variable.")
         bridge = Bridge(url, token, sys.stdout)
         try:
-            for line in sys.stdin:
+            # Lines are relayed as the bytes they are: the server screens them (a line that is not UTF-8, or
+            # carries a lone surrogate, is its refusal to give, not a crash of this bridge).
+            for line in sys.stdin.buffer:
                 if line.strip():
                     try:
                         bridge.relay(line.strip())
