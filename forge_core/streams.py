@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -57,9 +56,8 @@ class EventStreamConsumer(AsyncConsumer):
         await self.send({"type": "http.response.body", "body": first, "more_body": True})
         keepalive = asyncio.create_task(self.keep_alive())
         try:
-            channel_receive = functools.partial(self.channel_layer.receive, self.channel_name)
-            with contextlib.suppress(StopConsumer):  # a handler ended the stream
-                await await_many_dispatch([receive, channel_receive], self.dispatch)
+            with contextlib.suppress(StopConsumer):  # a handler ended the stream, or the layer failed
+                await await_many_dispatch([receive, self.channel_receive], self.dispatch)
         finally:
             keepalive.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -68,6 +66,19 @@ class EventStreamConsumer(AsyncConsumer):
                 with contextlib.suppress(Exception):
                     await self.channel_layer.group_discard(group, self.channel_name)
             await self.stream_closed()
+
+    async def channel_receive(self) -> dict[str, Any]:
+        """The next event for this stream's channel. When the layer fails (a shared layer's server gone or too
+        slow to answer), the stream ends, said in one line of the log: the client reconnects to a fresh one,
+        and one stream's trouble is not a traceback."""
+        try:
+            message: dict[str, Any] = await self.channel_layer.receive(self.channel_name)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the layer's own errors (redis-py's, OSError, timeouts) vary by backend
+            logger.warning("a stream's channel layer failed (%s: %s); the stream ends", type(exc).__name__, exc)
+            raise StopConsumer from None
+        return message
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         # Channels' dispatch makes a thread hop per message to close stale connections; the database work

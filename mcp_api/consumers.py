@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import secrets
 from collections.abc import Callable
@@ -150,7 +151,9 @@ class McpHttpConsumer(EventStreamConsumer):
         if reply.deliver:
             layer = get_channel_layer()
             for group, message in reply.deliver:
-                await layer.group_send(group, {"type": "mcp.message", "message": message})
+                # As JSON text: a shared layer's serializer (msgpack) cannot carry every JSON value, such as
+                # an id past 64 bits, which a client may choose.
+                await layer.group_send(group, {"type": "mcp.message", "json": encode(message).decode()})
         for group in reply.cancel:
             await get_channel_layer().group_send(group, {"type": "mcp.cancelled"})
         if reply.stream is not None:
@@ -327,7 +330,7 @@ class McpHttpConsumer(EventStreamConsumer):
     # --- events from the channel layer and the client ----------------------------------------------
 
     async def mcp_message(self, event: dict[str, Any]) -> None:
-        message = event["message"]
+        message = json.loads(event["json"])
         for item in message if isinstance(message, list) else [message]:
             await self.send_event(item)
 

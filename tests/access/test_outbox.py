@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from channels.db import database_sync_to_async
-from channels.layers import BaseChannelLayer, channel_layers, get_channel_layer
+from channels.layers import BaseChannelLayer, InMemoryChannelLayer, channel_layers, get_channel_layer
 from django.utils import timezone
 
 from access import outbox
@@ -48,8 +48,9 @@ def stored() -> list[tuple[str, dict[str, Any]]]:
 
 
 @pytest.mark.django_db
-@pytest.mark.usefixtures("outside_server")
+@pytest.mark.usefixtures("outside_server", "fresh_channel_layer")
 def test_outside_the_server_what_streams_are_told_is_written_to_the_outbox():
+    channel_layers.backends["default"] = InMemoryChannelLayer()  # the embedded default, even when REDIS_URL is set
     live.notify_streams("mcp.broadcast", "mcp.tools_changed")
     live.notify_streams("confirmation.1", "confirmation.decided", outcome={"state": "cancelled"})
 

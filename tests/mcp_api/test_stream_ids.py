@@ -79,11 +79,12 @@ async def test_last_event_id_on_the_legacy_stream_is_refused_and_opens_no_sessio
 async def test_a_message_that_cannot_be_sent_ends_the_stream_with_a_json_rpc_error(cast):
     token = cast.operator.raw_token
     session_id = await open_session(token)
-    unsendable = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"data": "\ud800"}}
+    # Valid JSON text (the escape crosses any layer) that decodes to a string UTF-8 cannot encode.
+    unsendable = '{"jsonrpc": "2.0", "method": "notifications/message", "params": {"data": "\\ud800"}}'
 
     async with open_stream("GET", "/mcp", headers=mcp_headers(token, session_id=session_id)) as stream:
         await stream.first_chunk()
-        await get_channel_layer().group_send(session_group(session_id), {"type": "mcp.message", "message": unsendable})
+        await get_channel_layer().group_send(session_group(session_id), {"type": "mcp.message", "json": unsendable})
         [event] = await stream.until_closed()
 
     assert event.json()["error"]["code"] == INTERNAL_ERROR
