@@ -6,9 +6,11 @@ from __future__ import annotations
 import hashlib
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric import ed25519
 from mnemonic import Mnemonic
 
 from caretaker.fingerprint import memorable_id, memorable_id_of_digest, normalize_typed_id
+from caretaker.randomart import key_art
 
 BIP39_ENGLISH = Mnemonic("english").wordlist
 SAMPLE_INPUTS = [f"sample-{n}" for n in range(200)] + ["", "a", "0" * 1000, "é", "f47ac10b-58cc-4372-a567-0e02b2c3d479"]
@@ -16,8 +18,23 @@ SAMPLE_INPUTS = [f"sample-{n}" for n in range(200)] + ["", "a", "0" * 1000, "é"
 
 def by_hand(data: bytes) -> str:
     """The first 44 bits of SHA-256 as a bit string, cut into four 11-bit indexes into the word list."""
-    bits = "".join(f"{byte:08b}" for byte in hashlib.sha256(data).digest())[:44]
+    return digest_by_hand(hashlib.sha256(data).digest())
+
+
+def digest_by_hand(digest: bytes) -> str:
+    bits = "".join(f"{byte:08b}" for byte in digest)[:44]
     return "-".join(BIP39_ENGLISH[int(bits[i : i + 11], 2)] for i in range(0, 44, 11))
+
+
+def digest_of_indexes(*indexes: int) -> bytes:
+    """A digest whose first 44 bits are the four given 11-bit word indexes, written as a bit string."""
+    bits = "".join(f"{index:011b}" for index in indexes).ljust(256, "0")
+    return int(bits, 2).to_bytes(32, "big")
+
+
+def flip_bit(digest: bytes, bit: int) -> bytes:
+    """The digest with one bit flipped, counting from the most significant bit of the first byte."""
+    return (int.from_bytes(digest, "big") ^ (1 << (255 - bit))).to_bytes(32, "big")
 
 
 def test_the_bip39_english_list_has_2048_words():
@@ -79,3 +96,58 @@ def test_normalize_typed_id_accepts_upper_case_spaces_and_extra_blanks(typed):
 
 def test_normalize_typed_id_keeps_a_different_word_different():
     assert normalize_typed_id("abandon ability able above") != "abandon-ability-able-about"
+
+
+@pytest.mark.parametrize(
+    ("indexes", "words"),
+    [
+        ((0, 1, 2, 3), "abandon-ability-able-about"),
+        ((2047, 0, 2047, 0), "zoo-abandon-zoo-abandon"),
+        ((1, 1, 1, 1), "ability-ability-ability-ability"),
+        (
+            (1024, 512, 256, 128),
+            f"{BIP39_ENGLISH[1024]}-{BIP39_ENGLISH[512]}-{BIP39_ENGLISH[256]}-{BIP39_ENGLISH[128]}",
+        ),
+    ],
+)
+def test_a_digest_built_from_four_word_indexes_reads_as_those_words(indexes, words):
+    assert memorable_id_of_digest(digest_of_indexes(*indexes)) == words
+
+
+@pytest.mark.parametrize(
+    "digest",
+    [
+        bytes(range(32)),
+        bytes(range(255, 223, -1)),
+        hashlib.sha256(b"").digest(),
+        bytes.fromhex("a5" * 32),
+        bytes.fromhex("0123456789abcdef" * 4),
+    ],
+    ids=["counting up", "counting down", "sha256 of nothing", "alternating bits", "hex digits"],
+)
+def test_fixed_digests_read_as_their_first_44_bits_worked_out_by_hand(digest):
+    assert memorable_id_of_digest(digest) == digest_by_hand(digest)
+
+
+def test_the_digest_0123456789abcdef_reads_as_its_worked_out_words():
+    # 0x0123456789a = 00000001001 00011010001 01011001111 00010011010: indexes 9, 209, 719 and 154.
+    digest = bytes.fromhex("0123456789abcdef" * 4)
+    assert memorable_id_of_digest(digest) == "-".join(BIP39_ENGLISH[i] for i in (9, 209, 719, 154))
+
+
+def test_flipping_any_one_of_the_first_44_bits_of_a_key_digest_changes_its_memorable_id():
+    digest = key_art(ed25519.Ed25519PrivateKey.generate()).digest
+    original = memorable_id_of_digest(digest)
+    flipped = [memorable_id_of_digest(flip_bit(digest, bit)) for bit in range(44)]
+    assert len(flipped) == 44 and original not in flipped
+    assert len(set(flipped)) == 44
+    for bit, words in enumerate(flipped):
+        assert words == digest_by_hand(flip_bit(digest, bit)), bit
+
+
+def test_flipping_a_bit_after_the_44th_of_a_key_digest_keeps_its_memorable_id():
+    digest = key_art(ed25519.Ed25519PrivateKey.generate()).digest
+    original = memorable_id_of_digest(digest)
+    for bit in range(44, 256):
+        assert flip_bit(digest, bit) != digest
+        assert memorable_id_of_digest(flip_bit(digest, bit)) == original, bit
