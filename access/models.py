@@ -16,6 +16,8 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import models
 from django.utils import timezone
 
+from forge_core.live import BROADCAST_GROUP as BROADCAST_GROUP  # its home; the transports look it up here
+
 
 class BearerToken(models.Model):
     """What a client token and an operator token share (`forge_core.tokens` mints them): the stored digest
@@ -133,9 +135,6 @@ def session_group(session_id: str) -> str:
 def token_group(token_id: int) -> str:
     """The channel-layer group every stream opened with a token joins, so revocation closes them."""
     return f"mcp.token.{token_id}"
-
-
-BROADCAST_GROUP = "mcp.broadcast"
 
 
 class OpenStream(models.Model):

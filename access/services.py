@@ -19,7 +19,6 @@ from django.utils import timezone
 from access import hotpath, limits
 from access.grants import end_grants
 from access.models import (
-    BROADCAST_GROUP,
     BearerToken,
     ClientToken,
     McpSession,
@@ -32,7 +31,7 @@ from audit.models import EventKind
 from audit.services import record
 from confirmations.services import do_cancel_confirmations
 from forge_core.errors import AuditUnavailable
-from forge_core.live import notify_console, notify_streams
+from forge_core.live import notify_console, notify_streams, notify_tools_changed
 from forge_core.tokens import CLIENT_TOKEN_PREFIX, mint_token, presented_digest
 from forge_core.tokens import token_digest as token_digest  # where the tests and benchmarks look it up
 
@@ -228,5 +227,5 @@ def do_switch_mcp(enabled: bool, *, acting_user: str) -> bool:
             outcome="on" if enabled else "off",
             called_by=acting_user,
         )
-        transaction.on_commit(lambda: notify_streams(BROADCAST_GROUP, "mcp.tools_changed"))
+        notify_tools_changed()
     return True

@@ -60,6 +60,7 @@ from forge_core.capabilities import (
     TargetMissing,
     no_step,
 )
+from forge_core.execution import Outcome
 
 logger = logging.getLogger("forge.executor")
 
@@ -544,6 +545,10 @@ def rollback(contract: Contract, *, actor: str, typed_id: str, step: Step = no_s
     if contract.state != S.VERIFIED:
         raise ExecutionRefused("state", f"only a VERIFIED contract can be rolled back; this one is {contract.state}")
     adapter, identity, _intent = _opened(contract)
+    if not getattr(adapter, "reversible", True):
+        raise ExecutionRefused(
+            "irreversible", f"{contract.capability} changes are never rolled back; make a new change that undoes it"
+        )
     snapshot = _snapshot(contract)
     try:
         current = adapter.read(identity).fingerprint
@@ -644,3 +649,40 @@ def recover_interrupted(*, actor: str = "recovery") -> list[Contract]:
         except (StaleContract, sealing.ContractTampered) as exc:
             logger.error("contract %s was not recovered: %s", contract.id, exc)
     return moved
+
+
+def carry_out(
+    *,
+    capability: str,
+    method: str,
+    target: Mapping[str, Any],
+    intent: Mapping[str, Any],
+    idempotency_key: str,
+    approval: Mapping[str, Any],
+    actor: str,
+    label: str,
+    expected_fingerprint: str = "",
+    expected_result: str = "",
+) -> Outcome:
+    """Prepare and execute a change a person approved on the spot (no pending confirmation: the caretaker in
+    the console); the entry point `forge_core.execution` names. Refusals are raised as they are."""
+    contract = prepare(
+        capability_name=capability,
+        method=method,
+        target=target,
+        intent=intent,
+        idempotency_key=idempotency_key,
+        approval=approval,
+        actor=actor,
+        label=label,
+        expected_fingerprint=expected_fingerprint,
+        expected_result=expected_result,
+    )
+    contract = execute(contract, actor=actor)
+    return Outcome(
+        state=contract.state,
+        contract=str(contract.id),
+        memorable_id=contract.memorable_id,
+        detail=contract.detail,
+        settled=dict(getattr(contract, "settled", {})),
+    )

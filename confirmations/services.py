@@ -209,10 +209,22 @@ def visible(user: User | AnonymousUser, confirmation_id: Any) -> PendingConfirma
     return confirmation
 
 
+def extra_permission(confirmation: PendingConfirmation) -> str:
+    """The permission its capability asks of who decides it, beside decide_confirmation ("" for none)."""
+    try:
+        return str(getattr(executor.capability(confirmation.capability), "decide_permission", "") or "")
+    except executor.ExecutionRefused:
+        return ""
+
+
 def may_decide(user: User | AnonymousUser, confirmation: PendingConfirmation) -> bool:
-    """Whether `user` may approve or deny it: decide_confirmation, and approve_change on its project."""
-    return user.has_perm(DECIDE_PERMISSION) and (
-        not confirmation.project or rights.can_approve(user, confirmation.project)
+    """Whether `user` may approve or deny it: decide_confirmation, approve_change on its project, and the
+    permission its capability asks for (the caretaker's, for a certificate)."""
+    extra = extra_permission(confirmation)
+    return (
+        user.has_perm(DECIDE_PERMISSION)
+        and (not confirmation.project or rights.can_approve(user, confirmation.project))
+        and (not extra or user.has_perm(extra))
     )
 
 
@@ -232,6 +244,16 @@ def _require_decider(confirmation_id: Any, user: User, choice: str) -> None:
             DecisionRefused(
                 "permission_denied",
                 "You may not decide confirmations; ask an administrator for the decide_confirmation permission.",
+                status=403,
+            ),
+        )
+    elif extra_permission(confirmation) and not user.has_perm(extra_permission(confirmation)):
+        outcome, refusal = (
+            f"without {extra_permission(confirmation)}",
+            DecisionRefused(
+                "permission_denied",
+                f"Only a caretaker may decide {confirmation.tool}: that needs the {extra_permission(confirmation)} "
+                "permission; ask an administrator.",
                 status=403,
             ),
         )

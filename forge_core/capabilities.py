@@ -71,7 +71,13 @@ class IntentRefused(ExecutionRefused):
 
 
 class Capability(Protocol):
-    """What an app provides so the executor can change one kind of target."""
+    """What an app provides so the executor can change one kind of target.
+
+    Two optional class attributes, read with defaults: `reversible` (False: the executor refuses to roll its
+    contracts back, for targets where restoring an old state would be a change of its own, such as handing a
+    revoked certificate its trust back), and `decide_permission` (a permission a person needs, beside
+    decide_confirmation, to approve a confirmation that changes this kind of target).
+    """
 
     name: str
     target_kind: str

@@ -23,6 +23,8 @@ from django.db import DatabaseError, transaction
 logger = logging.getLogger("forge.live")
 
 CONSOLE_GROUP = "console"
+# Every MCP stream of every principal joins it: what changes the tool set for all (the MCP switch, the caretaker).
+BROADCAST_GROUP = "mcp.broadcast"
 
 
 class _Relay:
@@ -70,3 +72,9 @@ def notify_streams(group: str, event_type: str, **payload) -> None:
 def notify_console(what: str) -> None:
     """Tell open console pages that `what` changed, once the current transaction commits."""
     transaction.on_commit(lambda: notify_streams(CONSOLE_GROUP, "console.changed", what=what))
+
+
+def notify_tools_changed() -> None:
+    """Tell every open MCP stream that the tool set changed (`notifications/tools/list_changed`), once the
+    current transaction commits."""
+    transaction.on_commit(lambda: notify_streams(BROADCAST_GROUP, "mcp.tools_changed"))

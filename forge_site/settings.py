@@ -250,6 +250,18 @@ FORGE_MAX_STAGED_PER_GROUP = envint("FORGE_MAX_STAGED_PER_GROUP", 2000, minimum=
 # --- Audit ----------------------------------------------------------------------------------------
 FORGE_AUDIT_CHECKPOINT_EVENTS, FORGE_AUDIT_CHECKPOINT_SECONDS = envcadence("FORGE_AUDIT_CHECKPOINT_EVERY", "1000,300s")
 
+# --- The caretaker: team CA, roster, trust store (DESIGN section 10) -------------------------------------
+# The team CA's key and certificate (ca.key 0600, ca.crt); a secret, so under the secrets folder by default.
+FORGE_CA_DIR = Path(envstr("FORGE_CA_DIR", str(FORGE_SECRETS_DIR / "team-ca"))).resolve()
+# CA certificates this server trusts (*.pem): roster signatures and, with TLS, client certificates chain to them.
+FORGE_TRUST_DIR = Path(envstr("FORGE_TRUST_DIR", str(FORGE_DATA_DIR / "trust"))).resolve()
+# The signed roster (peers.toml, revoked.toml) and the CRL; rosters signed elsewhere are dropped into incoming/.
+FORGE_ROSTER_DIR = Path(envstr("FORGE_ROSTER_DIR", str(FORGE_DATA_DIR / "roster"))).resolve()
+FORGE_CERT_DAYS = envint("FORGE_CERT_DAYS", 90, minimum=1)
+# A roster past its `expires` is refused (so withholding a newer one cannot freeze trust); re-signed well before.
+FORGE_ROSTER_VALIDITY_DAYS = envint("FORGE_ROSTER_VALIDITY_DAYS", 30, minimum=1)
+FORGE_ENROLLMENT_CODE_HOURS = envint("FORGE_ENROLLMENT_CODE_HOURS", 24, minimum=1)
+
 # --- Confirmations and the executor (DESIGN section 9) -------------------------------------------------
 FORGE_CONFIRM_EXPIRY_SECONDS = envfloat("FORGE_CONFIRM_EXPIRY_SECONDS", 300.0, minimum=1.0)
 # Per-tool expiry, e.g. "project.write.remove_pou=120,project.write.set_pou_body=600" (seconds).
@@ -258,12 +270,25 @@ FORGE_CONFIRM_EXPIRY_BY_TOOL = envseconds("FORGE_CONFIRM_EXPIRY_BY_TOOL")
 FORGE_CONFIRM_WAIT_S = envfloat("FORGE_CONFIRM_WAIT_S", 60.0, minimum=0.0)
 FORGE_CONFIRM_PROGRESS_SECONDS = envfloat("FORGE_CONFIRM_PROGRESS_SECONDS", 5.0, minimum=0.05)
 # Capability adapters by dotted path: the executor holds no project or roster logic of its own.
-FORGE_CAPABILITIES = {"project.file": "projects.capability.ProjectFileCapability"}
+FORGE_CAPABILITIES = {
+    "project.file": "projects.capability.ProjectFileCapability",
+    "team.roster": "caretaker.capability.RosterCapability",
+}
+# The executor, for the apps that may not import confirmations (forge_core.execution).
+FORGE_EXECUTOR_ENTRY = "confirmations.executor.carry_out"
 # Who may see and decide what concerns a project, for the apps that may not import `projects` (forge_core.rights).
 FORGE_PROJECT_RIGHTS = "projects.rights"
 # The exact (capability, target kind, method) rules the executor may carry out; nothing else, no wildcards.
 FORGE_EXECUTOR_POLICY = frozenset(
-    {("project.file", "project_file", "apply_operations"), ("project.file", "project_file", "accept_draft")}
+    {
+        ("project.file", "project_file", "apply_operations"),
+        ("project.file", "project_file", "accept_draft"),
+        ("team.roster", "team_roster", "issue_certificate"),
+        ("team.roster", "team_roster", "revoke_certificate"),
+        ("team.roster", "team_roster", "rotate_certificate"),
+        ("team.roster", "team_roster", "sign_roster"),
+        ("team.roster", "team_roster", "accept_roster"),
+    }
 )
 # An EXECUTING contract of a process that stopped answering for this long is handed to reconciliation.
 FORGE_EXECUTOR_LEASE_SECONDS = envfloat("FORGE_EXECUTOR_LEASE_SECONDS", 120.0, minimum=1.0)

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from access import grants
 from access.models import AccessState, McpSession, Transport
 from access.services import find_session
+from caretaker import activation
 from forge_core.errors import Refusal
 from mcp_api.jsonrpc import INVALID_PARAMS, RpcError
 from projects import rights
@@ -163,10 +164,10 @@ def register(tool: Tool) -> Tool:
 # --- the gate: what a tool declares is what a call must have -----------------------------------------
 
 
-def is_caretaker(ctx: CallContext) -> bool:
-    """Whether the caller is the team's caretaker (DESIGN section 10). Nobody is until the caretaker and
-    its activation exist; the tools that need one are refused until then."""
-    return False
+def is_caretaker(ctx: CallContext | None = None) -> bool:
+    """Whether this server is the team's active caretaker (DESIGN section 10: all four conditions of
+    `caretaker.activation` hold); the tools that need one are refused and hidden until then."""
+    return activation.is_caretaker()
 
 
 def admit(tool: Tool, ctx: CallContext, arguments: Arguments) -> None:
@@ -179,10 +180,9 @@ def admit(tool: Tool, ctx: CallContext, arguments: Arguments) -> None:
     if Need.OVERRIDE in tool.needs and not settings.FORGE_OVERRIDE_SECURITIES:
         raise unknown_tool(tool.name)
     if Need.CARETAKER in tool.needs and not is_caretaker(ctx):
-        raise Refusal(
-            "FORGE_ERR_NOT_CARETAKER",
-            f"{tool.name} is for the team's caretaker, and this principal is not it. Ask your team's caretaker "
-            "to do it from the Forge console.",
+        raise activation.NotCaretaker(
+            f"{tool.name} needs this server to be the team's active caretaker, and it is not; ask your team's "
+            "caretaker. What is missing: " + " ".join(activation.missing())
         )
     slug = getattr(arguments, "project", None)
     if isinstance(slug, str):
@@ -288,10 +288,17 @@ def tool(
 
 
 def visible_tools(mcp_on: bool = True) -> list[Tool]:
-    """The tools a principal sees: the same list for every connection, filtered by the deployment's flags
-    and the master switch (while MCP is off, only the tools that say so)."""
+    """The tools a principal sees: the same list for every connection, filtered by the deployment's flags,
+    the caretaker's activation and the master switch (while MCP is off, only the tools that say so)."""
     override = settings.FORGE_OVERRIDE_SECURITIES
-    return [t for t in REGISTRY.values() if (override or Need.OVERRIDE not in t.needs) and (mcp_on or t.when_off)]
+    caretaker = override and is_caretaker()  # never active without override: no lookup in default deployments
+    return [
+        t
+        for t in REGISTRY.values()
+        if (override or Need.OVERRIDE not in t.needs)
+        and (caretaker or Need.CARETAKER not in t.needs)
+        and (mcp_on or t.when_off)
+    ]
 
 
 def find_tool(name: Any) -> Tool | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from pydantic import Field
 
 from confirmations.models import ConfirmationState
@@ -16,6 +17,11 @@ from mcp_api.jsonrpc import INVALID_PARAMS, RpcError
 from mcp_api.registry import Arguments
 from projects import plcopen
 from projects.services import ProjectUnavailable
+
+
+def console_url(confirmation_id: Any) -> str:
+    """Where an operator decides a pending confirmation."""
+    return f"{settings.FORGE_PUBLIC_URL.rstrip('/')}/console/confirmations/{confirmation_id}/"
 
 
 class ProjectArguments(Arguments):

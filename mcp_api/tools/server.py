@@ -9,6 +9,8 @@ from pydantic import Field
 
 from access import grants, hotpath
 from access.models import Transport
+from caretaker import trust
+from mcp_api import registry
 from mcp_api.protocol import SERVER_NAME, SERVER_VERSION, CallContext
 from mcp_api.registry import Arguments, NoArguments, tool
 from mcp_api.revisions import ALL_REVISIONS
@@ -25,8 +27,8 @@ def server_info(ctx: CallContext, args: NoArguments) -> dict[str, Any]:
         "transports": {"streamable_http": "/mcp", "legacy_sse": "/sse", "stdio": "python manage.py mcp_stdio"},
         "override_securities": settings.FORGE_OVERRIDE_SECURITIES,
         "mcp_enabled": hotpath.mcp_enabled(),
-        "trust_store_cas": [],
-        "caretaker": {"active": False},
+        "trust_store_cas": [entry.describe() for entry in trust.trusted()],
+        "caretaker": {"active": registry.is_caretaker()},
     }
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.conf import settings
 from pydantic import create_model
 
 from access import limits
@@ -23,7 +22,7 @@ from confirmations.services import do_create_confirmation
 from forge_core.errors import Refusal
 from mcp_api.protocol import CallContext
 from mcp_api.registry import REGISTRY, Need, Tool, register
-from mcp_api.tools.common import ProjectArguments
+from mcp_api.tools.common import ProjectArguments, console_url
 from projects import operations, plcopen
 from projects.capability import APPLY_OPERATIONS, intent_for
 from projects.preview import preview_change
@@ -86,10 +85,6 @@ def _describe(op: dict[str, Any]) -> str:
     if kind == "add_pou_instance":
         return f"add instance {op['name']} of {op['type_name']} to {op['target']}"
     return f"{kind.replace('_', ' ')} {op.get('id', '')}".strip()
-
-
-def console_url(confirmation_id: Any) -> str:
-    return f"{settings.FORGE_PUBLIC_URL.rstrip('/')}/console/confirmations/{confirmation_id}/"
 
 
 def propose(ctx: CallContext, args: ProjectArguments, tool_name: str, op_name: str) -> dict[str, Any]:
