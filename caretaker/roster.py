@@ -34,6 +34,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey, RSAPublicKey
 from cryptography.x509.oid import NameOID
 
+from caretaker.ca import cert_fingerprint
+
 Kind = Literal["peers", "revoked"]
 Reason = Literal["malformed", "missing_signature", "untrusted_ca", "bad_signature", "mixed", "expired", "replayed"]
 Verdict = Literal["accept", "same", "conflict"]
@@ -189,9 +191,8 @@ def sign_roster(
     )
 
 
-def certificate_fingerprint(certificate: x509.Certificate) -> str:
-    """SHA-256 of the certificate's DER as lowercase colon hex, the form every fingerprint in a roster takes."""
-    return certificate.fingerprint(hashes.SHA256()).hex(":")
+# SHA-256 of a certificate's DER as lowercase colon hex, the form every fingerprint in a roster takes.
+certificate_fingerprint = cert_fingerprint
 
 
 def toml_string(value: str) -> str:
