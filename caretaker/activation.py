@@ -84,7 +84,8 @@ def conditions() -> list[Condition]:
     row = current()
     override = bool(settings.FORGE_OVERRIDE_SECURITIES)
     flag = row is not None and row.enabled
-    accepted = flag and row is not None and row.sentence == ACCEPTANCE_SENTENCE and row.accepted_by_id is not None
+    # Judged on its own, as each condition is, so the screen and a refusal name exactly what is missing.
+    accepted = row is not None and row.sentence == ACCEPTANCE_SENTENCE and row.accepted_by_id is not None
     problem = ca_problem()
     who = ""
     if accepted and row is not None and row.accepted_by is not None and row.accepted_at is not None:

@@ -97,6 +97,9 @@ def team_request_cert(ctx: CallContext, args: RequestCertArguments) -> dict[str,
     """Ask the team's caretaker for a client certificate with a one-time enrollment code and a CSR. Nothing is
     issued by this call: the caretaker approves in the Forge console by typing your key's memorable ID; then
     editor.confirm(pending_id) gives the certificate, its memorable ID and randomart. A code works once."""
+    # Checked before the code is redeemed: a refusal answers the call and what came before it commits, so a
+    # cap reached after redeeming would use the code up with no request made.
+    limits.check_pending_confirmation_cap(ctx.token)
     proposal = services.propose_issuance(args.csr, code=args.enrollment_code, requested_by=ctx.called_by)
     return _suspend(
         ctx, proposal, {"csr_sha256": proposal.preview["key_fingerprint"], "peer": proposal.intent["peer"]["name"]}
