@@ -37,6 +37,8 @@ PYPI = "https://pypi.org/simple"
 LOCK_HEADER = "# pyproject.toml's dependencies: sha256 "
 # The browser tests launch this binary (tests/browser/conftest.py); Debian's `chromium` package puts it there.
 CHROMIUM = Path("/usr/bin/chromium")
+# The tools the caretaker tests cross-check against, and the Debian package of each.
+DEBIAN_TOOLS = {"ssh-keygen": "openssh-client", "openssl": "openssl"}
 
 
 def ensure_environment(dev: bool) -> None:
@@ -139,6 +141,29 @@ def uv_requirement() -> list[str]:
     return [next(spec for spec in extra if re.match(r"uv\b", spec))]
 
 
+def apt_install(packages: list[str], *, missing: str, purpose: str, otherwise: str) -> bool:
+    """Install Debian `packages` with apt-get (update first), saying what runs; True when they are installed.
+    `missing` says what is missing ("/usr/bin/chromium is missing"), `purpose` what for.
+
+    Never fatal: where this cannot work (not root, no apt-get, no network) it prints why and `otherwise`
+    (what that means for the test run) and returns False.
+    """
+    apt_get = shutil.which("apt-get")
+    if os.geteuid() != 0 or apt_get is None:
+        why = "not running as root" if apt_get else "no apt-get on this machine"
+        print(f"# {missing} and cannot be installed here ({why}): {otherwise}", flush=True)
+        return False
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for step in ([apt_get, "update"], [apt_get, "install", "-y", "--no-install-recommends", *packages]):
+        print(f"# {missing}, {purpose}: {' '.join(step)}", flush=True)
+        done = subprocess.run(step, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if done.returncode != 0:
+            tail = "\n".join(done.stdout.splitlines()[-15:])
+            print(f"{tail}\n# that failed (exit {done.returncode}): {otherwise}", flush=True)
+            return False
+    return True
+
+
 def ensure_chromium() -> None:
     """Install Debian's chromium for the browser tests when it is missing and we are allowed to.
 
@@ -147,20 +172,33 @@ def ensure_chromium() -> None:
     """
     if CHROMIUM.exists():
         return
-    apt_get = shutil.which("apt-get")
-    if os.geteuid() != 0 or apt_get is None:
-        why = "not running as root" if apt_get else "no apt-get on this machine"
-        print(f"# {CHROMIUM} is missing and cannot be installed here ({why}): the browser tests will skip", flush=True)
+    if apt_install(
+        ["chromium"],
+        missing=f"{CHROMIUM} is missing",
+        purpose="for the browser tests",
+        otherwise="the browser tests will skip",
+    ):
+        print(f"# installed Debian's chromium at {CHROMIUM}", flush=True)
+
+
+def ensure_debian_tools() -> None:
+    """Install Debian's ssh-keygen (openssh-client) and openssl when either is missing and we are allowed to.
+
+    The caretaker tests cross-check fingerprint art, certificates, CRLs and roster signatures with the real
+    tools and fail without them (a cross-check that skips proves nothing), so a machine where this cannot work
+    is told which tests will fail.
+    """
+    absent = [tool for tool in DEBIAN_TOOLS if shutil.which(tool) is None]
+    if not absent:
         return
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for step in ([apt_get, "update"], [apt_get, "install", "-y", "--no-install-recommends", "chromium"]):
-        print(f"# {CHROMIUM} is missing, for the browser tests: {' '.join(step)}", flush=True)
-        done = subprocess.run(step, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        if done.returncode != 0:
-            tail = "\n".join(done.stdout.splitlines()[-15:])
-            print(f"{tail}\n# that failed (exit {done.returncode}): the browser tests will skip", flush=True)
-            return
-    print(f"# installed Debian's chromium at {CHROMIUM}", flush=True)
+    packages = [DEBIAN_TOOLS[tool] for tool in absent]
+    if apt_install(
+        packages,
+        missing=f"{' and '.join(absent)} {'is' if len(absent) == 1 else 'are'} missing",
+        purpose="for the caretaker tests' cross-checks",
+        otherwise="the caretaker tests that cross-check with them will fail",
+    ):
+        print(f"# installed Debian's {' and '.join(packages)}", flush=True)
 
 
 def manage(*args: str) -> None:
@@ -200,6 +238,7 @@ def test(argv: list[str]) -> None:
     ensure_environment(dev=True)
     run_checks()
     ensure_chromium()
+    ensure_debian_tools()
     os.chdir(ROOT)
     os.execv(str(PYTHON), [str(PYTHON), "-m", "pytest", *argv])
 

@@ -497,6 +497,25 @@ def carry_out_now(proposal: Proposal, *, user: AbstractBaseUser, typed_id: str =
     )
 
 
+def do_sign_roster(*, actor: str) -> execution.Outcome:
+    """Sign the roster again from this server's shell (`manage.py roster_sign`): whoever runs manage.py here
+    can read the CA's folder already, so running the command is the decision; the executor carries it out as
+    for the console. Refused (NotCaretaker, naming what is missing) unless this server is an active caretaker."""
+    proposal = propose_signing(requested_by=actor)
+    return execution.carry_out(
+        capability=RosterCapability.name,
+        method=proposal.method,
+        target=proposal.target,
+        intent=proposal.intent,
+        idempotency_key=f"manage.py:{secrets.token_hex(16)}",
+        approval={"authority": "manage.py", "approver": actor, "decided_at": _now().isoformat()},
+        actor=actor,
+        label=proposal.label,
+        expected_fingerprint=proposal.base_fingerprint,
+        expected_result=proposal.result_digest,
+    )
+
+
 # --- rosters signed elsewhere ----------------------------------------------------------------------------
 
 

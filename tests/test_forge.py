@@ -1,5 +1,6 @@
-"""`python3 forge.py test` installs Debian's chromium for the browser tests when it is missing and it
-may (root, apt-get), says what it runs, and never stops the test run when it cannot."""
+"""`python3 forge.py test` installs Debian's chromium for the browser tests, and ssh-keygen and openssl for
+the caretaker tests' cross-checks, when they are missing and it may (root, apt-get), says what it runs, and
+never stops the test run when it cannot."""
 
 from __future__ import annotations
 
@@ -84,3 +85,37 @@ def test_the_browser_fixture_launches_the_same_binary_forge_installs():
     from tests.browser.conftest import CHROMIUM
 
     assert forge.CHROMIUM == CHROMIUM == Path("/usr/bin/chromium")
+
+
+def test_missing_ssh_keygen_and_openssl_are_installed_from_debian_in_one_apt_get_install(ran, monkeypatch, capsys):
+    monkeypatch.setattr(forge.shutil, "which", lambda name: None if name in forge.DEBIAN_TOOLS else f"/usr/bin/{name}")
+
+    forge.ensure_debian_tools()
+
+    assert ran == [
+        ["/usr/bin/apt-get", "update"],
+        ["/usr/bin/apt-get", "install", "-y", "--no-install-recommends", "openssh-client", "openssl"],
+    ]
+    out = capsys.readouterr().out
+    assert "# ssh-keygen and openssl are missing, for the caretaker tests' cross-checks: " in out
+    assert "# installed Debian's openssh-client and openssl" in out
+
+
+def test_with_ssh_keygen_and_openssl_present_it_runs_nothing(ran, capsys):
+    forge.ensure_debian_tools()
+
+    assert ran == []
+    assert capsys.readouterr().out == ""
+
+
+def test_without_root_a_missing_openssl_is_reported_as_failing_the_caretaker_tests(ran, monkeypatch, capsys):
+    monkeypatch.setattr(forge.shutil, "which", lambda name: None if name == "openssl" else f"/usr/bin/{name}")
+    monkeypatch.setattr(forge.os, "geteuid", lambda: 1000)
+
+    forge.ensure_debian_tools()
+
+    assert ran == []
+    assert (
+        "# openssl is missing and cannot be installed here (not running as root): the caretaker tests that "
+        "cross-check with them will fail" in capsys.readouterr().out
+    )

@@ -2,7 +2,8 @@
 
 It serves the whole application and runs the process's background work (contract recovery at start-up,
 audit checkpoints, confirmation expiry, following the outbox of messages that `manage.py` commands send to
-open streams), none of it one edge's, so it belongs to the composition root.
+open streams, watching the roster's incoming/ folder), none of it one edge's, so it belongs to the
+composition root.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from django.db import DatabaseError, close_old_connections
 
 from access import outbox
 from audit.services import checkpoint_if_due
+from caretaker.watch import watch_incoming
 from confirmations.services import expire_due, recover
 from forge_core.env import envint, envstr
 from forge_core.errors import AuditUnavailable
@@ -102,7 +104,8 @@ class Command(BaseCommand):
         url = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
 
         stop = threading.Event()
-        following: list[asyncio.Task] = []  # the outbox follower, held so that it is not collected
+        # Tasks on the reactor's loop (the outbox follower, the roster watcher), held so they are not collected.
+        following: list[asyncio.Task] = []
 
         def ready() -> None:
             # Everything loaded at start-up lives for the whole process; freezing it keeps the cyclic
@@ -114,6 +117,9 @@ class Command(BaseCommand):
             if settings.FORGE_AUDIT_CHECKPOINT_SECONDS:
                 threading.Thread(target=checkpoint_loop, args=(stop,), name="audit-checkpoints", daemon=True).start()
             threading.Thread(target=expiry_loop, args=(stop,), name="confirmation-expiry", daemon=True).start()
+            # Rosters signed elsewhere and dropped into FORGE_ROSTER_DIR/incoming/ (its database work runs in a
+            # thread of its own).
+            following.append(asyncio.get_event_loop().create_task(watch_incoming()))
             if isinstance(get_channel_layer(), InMemoryChannelLayer):
                 # daphne has made the reactor's loop the current one; the task runs once the reactor does.
                 following.append(asyncio.get_event_loop().create_task(outbox.follow()))
