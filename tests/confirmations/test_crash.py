@@ -11,6 +11,12 @@ evidence must agree with the file, it must hold exactly one EXECUTING event, and
 must be refused. A killed run's reconciliation is then concluded from the evidence, as an operator would,
 so the next run can take the target. The seed is random per run and shown in every failure message
 (`FORGE_CRASH_SEED` repeats one).
+
+The same holds for the team roster (capability `team.roster`, a worker of its own in override mode with an
+active caretaker): killed at any boundary, the roster that `FORGE_ROSTER_DIR/peers.toml` and its siblings lead
+to is the old one or the new one, each verifying against the team CA, no staging folder is left half-written,
+and the contract is in RECONCILIATION. A kill after the new generation folder is complete but before the
+`current` link moves leaves that folder unreferenced and the old roster current.
 """
 
 from __future__ import annotations
@@ -24,7 +30,8 @@ import subprocess
 import sys
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -38,6 +45,7 @@ pytestmark = pytest.mark.live
 BOUNDARIES = ("before_write", "after_temp_write", "after_rename", "before_verified")
 BEFORE_RENAME = {"before_write", "after_temp_write"}
 OPERATIONS = ("add_variable", "update_variable", "update_documentation", "add_pou")
+ROSTER_OPERATIONS = ("issue", "sign")
 RUNS_PER_BOUNDARY = 12
 RUNS_WITHOUT_KILL = 8
 BOUND = 60.0  # seconds for the worker to answer one command; a fraction of a second normally
@@ -49,11 +57,14 @@ class Worker:
 
     process: subprocess.Popen
     log: Path
+    case: str = "project"
     lines: queue.Queue = field(default_factory=queue.Queue)
     blocked: int | None = None  # a child waiting at a boundary to be killed
+    ready: dict[str, Any] = field(default_factory=dict)  # what setting up reported
 
     def send(self, **command: Any) -> None:
         assert self.process.stdin is not None
+        command = {**command, "case": self.case}
         self.process.stdin.write((json.dumps(command) + "\n").encode())
         self.process.stdin.flush()
 
@@ -95,9 +106,9 @@ def _read_lines(stream: IO[bytes], into: queue.Queue) -> None:
     into.put(None)
 
 
-@pytest.fixture(scope="module")
-def worker(tmp_path_factory) -> Iterator[Worker]:
-    data_dir = tmp_path_factory.mktemp("crash-data")
+@contextmanager
+def running_worker(data_dir: Path, *, case: str, **extra_env: str) -> Iterator[Worker]:
+    """A crash worker with a data dir and database of its own, set up for `case` ("project" or "roster")."""
     with scratch_database() as database:
         env = server_env(
             data_dir,
@@ -106,6 +117,7 @@ def worker(tmp_path_factory) -> Iterator[Worker]:
             FORGE_AUDIT_LOG=str(data_dir / "audit" / "audit.jsonl"),
             REDIS_URL="",
             **database,
+            **extra_env,
         )
         manage(env, "migrate", "--noinput", "-v", "0")
         log = data_dir / "worker.log"
@@ -118,11 +130,11 @@ def worker(tmp_path_factory) -> Iterator[Worker]:
                 stdout=subprocess.PIPE,
                 stderr=errors,
             )
-        worker = Worker(process=process, log=log)
+        worker = Worker(process=process, log=log, case=case)
         threading.Thread(target=_read_lines, args=(process.stdout, worker.lines), daemon=True).start()
         try:
             worker.send(cmd="setup")
-            worker.next("ready", context="setting up")
+            worker.ready = worker.next("ready", context="setting up")
             yield worker
         finally:
             worker.kill_blocked()  # a failed run may have left its child waiting for the kill
@@ -135,20 +147,90 @@ def worker(tmp_path_factory) -> Iterator[Worker]:
                     process.wait(timeout=10)
 
 
-def plan(seed: int) -> list[tuple[str, str | None]]:
+@pytest.fixture(scope="module")
+def worker(tmp_path_factory) -> Iterator[Worker]:
+    with running_worker(tmp_path_factory.mktemp("crash-data"), case="project") as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def roster_worker(tmp_path_factory) -> Iterator[Worker]:
+    """A worker of an override deployment whose caretaker is active, with a first roster published."""
+    data_dir = tmp_path_factory.mktemp("crash-roster")
+    with running_worker(
+        data_dir,
+        case="roster",
+        FORGE_OVERRIDE_SECURITIES="1",
+        FORGE_CA_DIR=str(data_dir / "secrets" / "team-ca"),
+        FORGE_ROSTER_DIR=str(data_dir / "roster"),
+        FORGE_TRUST_DIR=str(data_dir / "trust"),
+    ) as started:
+        yield started
+
+
+def plan(seed: int, operations: tuple[str, ...] = OPERATIONS) -> list[tuple[str, str | None]]:
     """Every boundary RUNS_PER_BOUNDARY times, some runs without a kill, in random order and operations."""
     rng = random.Random(seed)
     boundaries: list[str | None] = [*BOUNDARIES * RUNS_PER_BOUNDARY, *[None] * RUNS_WITHOUT_KILL]
     rng.shuffle(boundaries)
-    return [(rng.choice(OPERATIONS), boundary) for boundary in boundaries]
+    return [(rng.choice(operations), boundary) for boundary in boundaries]
+
+
+def crash_seed() -> int:
+    return int(os.environ.get("FORGE_CRASH_SEED") or random.SystemRandom().randrange(2**32))
 
 
 def test_sigkill_at_any_step_boundary_leaves_a_whole_file_a_consistent_contract_and_no_second_execution(worker):
-    seed = int(os.environ.get("FORGE_CRASH_SEED") or random.SystemRandom().randrange(2**32))
+    seed = crash_seed()
     runs = plan(seed)
     assert len(runs) >= 50
-    file_now = ""
     temp_files: list[str] = []
+
+    def leftovers(seen: dict[str, Any], boundary: str | None, where: str) -> None:
+        # A stray temporary file is left only by a kill between its write and the rename.
+        nonlocal temp_files
+        new_temp_files = sorted(set(seen["temp_files"]) - set(temp_files))
+        assert len(new_temp_files) == (1 if boundary == "after_temp_write" else 0), f"{new_temp_files} {where}"
+        temp_files = seen["temp_files"]
+
+    crash_runs(worker, seed, runs, leftovers)
+
+
+def test_sigkill_at_any_step_boundary_leaves_the_old_or_the_new_signed_roster_and_a_consistent_contract(
+    roster_worker,
+):
+    seed = crash_seed()
+    runs = plan(seed, ROSTER_OPERATIONS)
+    assert len(runs) >= 50
+    generations = set(roster_worker.ready["generations"])  # the first roster, published when setting up
+    assert len(generations) == 1
+
+    def leftovers(seen: dict[str, Any], boundary: str | None, where: str) -> None:
+        # Nothing half-written stays: a generation folder is staged under a dot name and renamed whole (and the
+        # next roster written removes any staging folder a kill left). A kill before the rename of `current`
+        # after the folder was complete leaves it there, unreferenced.
+        assert seen["temp_files"] == [], where
+        new = set(seen["generations"]) - generations
+        assert len(new) == (0 if boundary == "before_write" else 1), f"{sorted(new)} {where}"
+        if boundary == "after_temp_write":
+            assert seen["current"] not in new, where
+        elif boundary != "before_write":
+            assert new == {seen["current"]}, where
+        generations.update(seen["generations"])
+
+    crash_runs(roster_worker, seed, runs, leftovers)
+
+
+def crash_runs(
+    worker: Worker,
+    seed: int,
+    runs: list[tuple[str, str | None]],
+    leftovers: Callable[[dict[str, Any], str | None, str], None],
+) -> None:
+    """Each run killed at its boundary (or not), the restarted server's findings checked against where the kill
+    landed, and a killed run's reconciliation concluded from the evidence; `leftovers` judges what a kill left
+    beside the target."""
+    file_now = ""
     contracts: list[str] = []
     outcomes: Counter = Counter()
     for number, (op, boundary) in enumerate(runs, start=1):
@@ -173,7 +255,8 @@ def test_sigkill_at_any_step_boundary_leaves_a_whole_file_a_consistent_contract_
 
         seen = worker.command("inspected", context=where, cmd="inspect", contract=contract)
         assert (seen["precondition_fingerprint"], seen["expected_post_fingerprint"]) == (before, after), where
-        # The file is whole: the old document or the new one, never anything between, and schema-valid.
+        # The file is whole: the old document or the new one, never anything between, and valid (XSD-valid; a
+        # roster that verifies against the team CA).
         assert seen["file_fingerprint"] in (before, after), where
         assert seen["schema_valid"], where
         killed_before_rename = boundary in BEFORE_RENAME
@@ -192,10 +275,7 @@ def test_sigkill_at_any_step_boundary_leaves_a_whole_file_a_consistent_contract_
         assert seen["events"].get("EXECUTING") == 1, where
         assert seen["second_execute"] == "state", where
         assert seen["file_after_second_execute"] == seen["file_fingerprint"], where
-        # A stray temporary file is left only by a kill between its write and the rename.
-        new_temp_files = sorted(set(seen["temp_files"]) - set(temp_files))
-        assert len(new_temp_files) == (1 if boundary == "after_temp_write" else 0), f"{new_temp_files} {where}"
-        temp_files = seen["temp_files"]
+        leftovers(seen, boundary, where)
 
         if seen["state"] == "RECONCILIATION":
             conclusion = "applied" if seen["evidence"]["matches_result"] else "not_applied"
@@ -211,6 +291,6 @@ def test_sigkill_at_any_step_boundary_leaves_a_whole_file_a_consistent_contract_
         outcomes[(boundary, "new" if file_now == after else "old")] += 1
 
     summary = worker.command("summary", context=f"(seed {seed}, summary)", cmd="summary")["contracts"]
-    assert sorted(summary) == sorted(contracts)
+    assert sorted(summary) == sorted([*worker.ready.get("contracts", []), *contracts])
     assert all(executing == 1 for _state, executing in summary.values()), f"seed {seed}: {summary}"
     assert {boundary for boundary, _ in outcomes} == {*BOUNDARIES, None}, f"seed {seed}: {outcomes}"
