@@ -483,13 +483,19 @@ def carry_out_now(proposal: Proposal, *, user: AbstractBaseUser, typed_id: str =
             "FORGE_ERR_TYPED_ID_MISMATCH", "Type the key's memorable ID exactly as shown to approve it.", status=400
         )
     actor = user.get_username()
+    return _execute(proposal, authority="forge-console", actor=actor)
+
+
+def _execute(proposal: Proposal, *, authority: str, actor: str) -> execution.Outcome:
+    """Hand a proposal a person decided on the spot to the executor, bound to what it showed: the roster as it
+    was read (base) and the result's digest."""
     return execution.carry_out(
         capability=RosterCapability.name,
         method=proposal.method,
         target=proposal.target,
         intent=proposal.intent,
-        idempotency_key=f"console:{secrets.token_hex(16)}",
-        approval={"authority": "forge-console", "approver": actor, "decided_at": _now().isoformat()},
+        idempotency_key=f"{authority}:{secrets.token_hex(16)}",
+        approval={"authority": authority, "approver": actor, "decided_at": _now().isoformat()},
         actor=actor,
         label=proposal.label,
         expected_fingerprint=proposal.base_fingerprint,
@@ -501,19 +507,7 @@ def do_sign_roster(*, actor: str) -> execution.Outcome:
     """Sign the roster again from this server's shell (`manage.py roster_sign`): whoever runs manage.py here
     can read the CA's folder already, so running the command is the decision; the executor carries it out as
     for the console. Refused (NotCaretaker, naming what is missing) unless this server is an active caretaker."""
-    proposal = propose_signing(requested_by=actor)
-    return execution.carry_out(
-        capability=RosterCapability.name,
-        method=proposal.method,
-        target=proposal.target,
-        intent=proposal.intent,
-        idempotency_key=f"manage.py:{secrets.token_hex(16)}",
-        approval={"authority": "manage.py", "approver": actor, "decided_at": _now().isoformat()},
-        actor=actor,
-        label=proposal.label,
-        expected_fingerprint=proposal.base_fingerprint,
-        expected_result=proposal.result_digest,
-    )
+    return _execute(propose_signing(requested_by=actor), authority="manage.py", actor=actor)
 
 
 # --- rosters signed elsewhere ----------------------------------------------------------------------------

@@ -20,9 +20,12 @@ from tests.caretaker.test_commands import Elsewhere, tampered_peer, write_pair
 BOUND = 10.0  # seconds; the watcher takes about 0.2-0.7 s to notice a pair
 
 
-def watch_until_considered(make_consider: Callable[[Callable[[], None]], Callable[[], list[services.Verdict]]]):
+def watch_until_considered(
+    make_consider: Callable[[Callable[[], None]], Callable[[], list[services.Verdict]]],
+    until: Callable[[], bool] = lambda: True,
+):
     """Run the watcher on an event loop of this test until the consideration made by `make_consider` signals
-    (it is given the signal), or fail after BOUND seconds."""
+    (it is given the signal) and then `until()` holds, or fail after BOUND seconds."""
 
     async def running() -> None:
         loop = asyncio.get_running_loop()
@@ -33,6 +36,8 @@ def watch_until_considered(make_consider: Callable[[Callable[[], None]], Callabl
         try:
             async with asyncio.timeout(BOUND):
                 await considered.wait()
+                while not until():
+                    await asyncio.sleep(0.01)
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -161,7 +166,8 @@ def test_a_failing_consideration_logs_one_line_without_a_traceback(team, incomin
         return consider
 
     with caplog.at_level(logging.INFO, logger="forge.caretaker"):
-        watch_until_considered(make_consider)
+        # The consideration signals before it raises: wait for the line the watcher logs about it.
+        watch_until_considered(make_consider, until=lambda: any(r.name == "forge.caretaker" for r in caplog.records))
 
     records = [r for r in caplog.records if r.name == "forge.caretaker"]
     assert len(records) == 1 and calls == [1]
