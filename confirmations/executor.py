@@ -597,7 +597,28 @@ def resolve(contract: Contract, conclusion: str, *, actor: str) -> Contract:
         # "applied" seals the result the contract meant to produce, so a later rollback refuses unless
         # the target really is in that state.
         changes = {"post_fingerprint": contract.expected_post_fingerprint} if to == S.VERIFIED else {}
-    return transition(contract, to, actor=actor, reason=f"resolved:{conclusion}", changes=changes, resolution=True)
+    settle = _settle_if_applied(contract) if to == S.VERIFIED and not contract.post_fingerprint else None
+    return transition(
+        contract, to, actor=actor, reason=f"resolved:{conclusion}", changes=changes, resolution=True, inside=settle
+    )
+
+
+def _settle_if_applied(contract: Contract) -> Callable[[Contract], None]:
+    """For a forward change concluded "applied": when the target does read as the change's result, the owning
+    app records it as it would have after VERIFIED (a certificate issued, a revision accepted)."""
+    adapter, identity, intent = _opened(contract)
+
+    def settle(current: Contract) -> None:
+        try:
+            now = adapter.read(identity).fingerprint
+        except ExecutionRefused:
+            return
+        if now == current.expected_post_fingerprint:
+            adapter.settle(
+                identity, now, actor=current.executor, label=current.label, method=current.method, intent=intent
+            )
+
+    return settle
 
 
 def evidence(contract: Contract) -> dict[str, Any]:

@@ -139,3 +139,49 @@ def test_certificates_issued_are_in_pem_of_the_public_bytes(active):
     _, _, outcome = issue(active)
     certificate = x509.load_pem_x509_certificate(outcome.settled["certificate"].encode())
     assert certificate.public_bytes(Encoding.PEM).decode() == outcome.settled["certificate"]
+
+
+def test_an_issuance_concluded_applied_after_a_crash_records_the_certificate(active, settings):
+    from confirmations import executor
+    from confirmations.models import ContractState
+
+    services.do_create_peer("alice@team", role="author", actor="cora")
+    code = services.do_mint_code("alice@team", actor="cora").raw
+    key = new_key()
+    proposal = services.propose_issuance(csr_for(key), code=code, requested_by="alice")
+    contract = executor.prepare(
+        capability_name="team.roster",
+        method=proposal.method,
+        target=proposal.target,
+        intent=proposal.intent,
+        idempotency_key="crash-then-applied",
+        approval={"authority": "test"},
+        actor="cora",
+        expected_fingerprint=proposal.base_fingerprint,
+        expected_result=proposal.result_digest,
+    )
+
+    def crash(step: str) -> None:
+        if step == "before_verified":
+            raise RuntimeError("the process died here")
+
+    contract = executor.execute(contract, actor="cora", step=crash)
+    assert contract.state == ContractState.RECONCILIATION
+    assert Peer.objects.get().state == PeerState.ENROLLING  # the roster is written, the tables not yet
+
+    executor.resolve(contract, "applied", actor="cora")
+
+    peer = Peer.objects.get()
+    assert peer.state == PeerState.ACTIVE and peer.serial == proposal.intent["serial"]
+    files = published(settings)
+    assert (
+        roster.verify_roster(
+            files.peers_toml,
+            files.revoked_toml,
+            trusted=trust.trusted_certificates(),
+            now=roster.datetime.now(roster.UTC),
+        )
+        .peers[0]
+        .name
+        == "alice@team"
+    )
