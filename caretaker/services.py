@@ -510,6 +510,22 @@ def do_sign_roster(*, actor: str) -> execution.Outcome:
     return _execute(propose_signing(requested_by=actor), authority="manage.py", actor=actor)
 
 
+def refresh_roster_if_due(*, actor: str = "roster-refresh") -> execution.Outcome | None:
+    """Sign the roster again when this server is the active caretaker, the accepted roster is its own and a
+    third or less of its validity is left: members keep trusting a team whose roster nobody touched (a roster
+    past `expires` is refused everywhere). None when nothing was due."""
+    row = accepted()
+    description = ca_description()
+    if row is None or description is None or not activation.is_caretaker():
+        return None
+    if row.ca_fingerprint != description["fingerprint_sha256"]:
+        return None  # another caretaker's roster: theirs to renew
+    left = datetime.fromisoformat(row.expires) - _now()
+    if left > timedelta(days=settings.FORGE_ROSTER_VALIDITY_DAYS) / 3:
+        return None
+    return _execute(propose_signing(requested_by=actor), authority="roster-refresh", actor=actor)
+
+
 # --- rosters signed elsewhere ----------------------------------------------------------------------------
 
 

@@ -185,3 +185,35 @@ def test_an_issuance_concluded_applied_after_a_crash_records_the_certificate(act
         .name
         == "alice@team"
     )
+
+
+def test_the_roster_is_signed_again_once_a_third_of_its_validity_is_left(active, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    issue(active)
+    assert services.refresh_roster_if_due() is None  # freshly signed: nothing due
+    settings.FORGE_ROSTER_VALIDITY_DAYS = 30
+    later = timezone.now() + timedelta(days=21)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(services, "_now", lambda: later.replace(microsecond=0))
+        outcome = services.refresh_roster_if_due()
+    assert outcome is not None and outcome.verified
+    assert services.accepted().sequence == 2
+
+
+def test_the_roster_is_not_signed_again_while_the_caretaker_is_off(active, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from caretaker import activation
+
+    issue(active)
+    activation.do_deactivate(active.caretaker)
+    later = timezone.now() + timedelta(days=29)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(services, "_now", lambda: later.replace(microsecond=0))
+        assert services.refresh_roster_if_due() is None
+    assert services.accepted().sequence == 1

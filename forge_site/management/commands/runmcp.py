@@ -2,7 +2,8 @@
 
 It serves the whole application and runs the process's background work (contract recovery at start-up,
 audit checkpoints, confirmation expiry, following the outbox of messages that `manage.py` commands send to
-open streams, watching the roster's incoming/ folder), none of it one edge's, so it belongs to the
+open streams, watching the roster's incoming/ folder, signing the caretaker's roster again before it
+expires), none of it one edge's, so it belongs to the
 composition root.
 """
 
@@ -22,14 +23,16 @@ from django.db import DatabaseError, close_old_connections
 
 from access import outbox
 from audit.services import checkpoint_if_due
+from caretaker.services import refresh_roster_if_due
 from caretaker.watch import watch_incoming
 from confirmations.services import expire_due, recover
 from forge_core.env import envint, envstr
-from forge_core.errors import AuditUnavailable
+from forge_core.errors import AuditUnavailable, Refusal
 from forge_core.live import mark_outside_server
 
 logger = logging.getLogger("forge.server")
 EXPIRY_SWEEP_SECONDS = 2.0
+ROSTER_REFRESH_SECONDS = 600.0
 
 
 def twisted_endpoint(host: str, port: int) -> str:
@@ -67,6 +70,21 @@ def expiry_loop(stop: threading.Event) -> None:
             expire_due()
         except (AuditUnavailable, DatabaseError):
             logger.exception("could not expire pending confirmations; will try again")
+
+
+def roster_refresh_loop(stop: threading.Event) -> None:
+    """Sign the caretaker's roster again before it expires (caretaker.services.refresh_roster_if_due)."""
+    while not stop.wait(ROSTER_REFRESH_SECONDS):
+        close_old_connections()
+        try:
+            signed = refresh_roster_if_due()
+        except (Refusal, DatabaseError, OSError) as exc:
+            logger.warning("could not sign the roster again (%s: %s); will try again", type(exc).__name__, exc)
+            continue
+        if signed is not None:
+            logger.info(
+                "signed the roster again before it expires (contract %s, %s)", signed.memorable_id, signed.state
+            )
 
 
 def recover_contracts(stdout) -> None:
@@ -117,6 +135,7 @@ class Command(BaseCommand):
             if settings.FORGE_AUDIT_CHECKPOINT_SECONDS:
                 threading.Thread(target=checkpoint_loop, args=(stop,), name="audit-checkpoints", daemon=True).start()
             threading.Thread(target=expiry_loop, args=(stop,), name="confirmation-expiry", daemon=True).start()
+            threading.Thread(target=roster_refresh_loop, args=(stop,), name="roster-refresh", daemon=True).start()
             # Rosters signed elsewhere and dropped into FORGE_ROSTER_DIR/incoming/ (its database work runs in a
             # thread of its own).
             following.append(asyncio.get_event_loop().create_task(watch_incoming()))
