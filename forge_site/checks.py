@@ -90,6 +90,28 @@ def check_secrets_folder_is_private(app_configs: Sequence[Any] | None = None, **
     return problems
 
 
+@register(Tags.security)
+def check_ca_key_is_private(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """The team CA's key signs every certificate and roster the team trusts."""
+    folder = Path(settings.FORGE_CA_DIR)
+    key = folder / "ca.key"
+    if not key.exists():
+        return []
+    loose = [
+        f"{path} ({stat.filemode(path.lstat().st_mode)})" for path in (folder, key) if path.lstat().st_mode & 0o077
+    ]
+    if not loose:
+        return []
+    return [
+        Error(
+            f"The team CA's key is readable by other users: {', '.join(loose)}. Anyone who can read it can issue "
+            "certificates and sign rosters the team trusts.",
+            hint=f"chmod 700 {folder} && chmod 600 {key}",
+            id="forge.E008",
+        )
+    ]
+
+
 def sqlite_files() -> list[Path]:
     """The embedded database's files that exist: the database itself and its -wal and -shm companions."""
     database = settings.DATABASES["default"]

@@ -13,7 +13,16 @@ from django.core.checks import run_checks
 
 from tests.live import ROOT
 
-FORGE_IDS = {"forge.W001", "forge.E002", "forge.E003", "forge.E004", "forge.E005", "forge.W006", "forge.W007"}
+FORGE_IDS = {
+    "forge.W001",
+    "forge.E002",
+    "forge.E003",
+    "forge.E004",
+    "forge.E005",
+    "forge.W006",
+    "forge.W007",
+    "forge.E008",
+}
 POSTGRESQL = "django.db.backends.postgresql"
 IN_MEMORY = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 REDIS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": ["redis://x"]}}}
@@ -60,7 +69,20 @@ def data_dir(tmp_path, settings, monkeypatch):
 
 
 @pytest.fixture
-def sound(secrets_dir, projects_root, data_dir, settings):
+def ca_dir(tmp_path, settings):
+    """A team CA's folder as caretaker_init_ca makes it: 0700, the key 0600, the certificate public."""
+    folder = tmp_path / "team-ca"
+    folder.mkdir(mode=0o700)
+    folder.chmod(0o700)
+    for name, mode in (("ca.key", 0o600), ("ca.crt", 0o644)):
+        (folder / name).write_bytes(b"pem")
+        (folder / name).chmod(mode)
+    settings.FORGE_CA_DIR = folder
+    return folder
+
+
+@pytest.fixture
+def sound(secrets_dir, projects_root, data_dir, ca_dir, settings):
     """A configuration none of the checks objects to."""
     settings.DEBUG = False
     settings.FORGE_HOST = "127.0.0.1"
@@ -213,3 +235,13 @@ def test_manage_py_check_deploy_names_each_misconfiguration_of_a_real_environmen
     for check_id in ("forge.W001", "forge.E002", "forge.E004", "forge.E005"):
         assert f"({check_id})" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("loose", ["folder", "key"])
+def test_a_ca_key_others_may_read_is_an_error_with_the_chmod_to_run(sound, ca_dir, loose):
+    (ca_dir if loose == "folder" else ca_dir / "ca.key").chmod(0o755 if loose == "folder" else 0o644)
+
+    found = forge_messages(deploy=False)
+
+    assert list(found) == ["forge.E008"]
+    assert f"chmod 700 {ca_dir} && chmod 600 {ca_dir / 'ca.key'}" in found["forge.E008"]
