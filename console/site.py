@@ -5,7 +5,8 @@
 the admin's index, above the usual list of apps, one POST endpoint that turns the switch through
 `do_switch_mcp`, like the `mcp_switch` command and the server-state actions do, the short address
 of a pending confirmation that write tools give their clients (`/console/confirmations/<id>/`), and the
-working-draft screens (`console.draft_screens`, under `/console/drafts/`). The client
+working-draft screens (`console.draft_screens`, under `/console/drafts/`) and the caretaker's
+(`console.caretaker_screens`, under `/console/caretaker/`). The client
 configurations here are also what `demo_setup` prints, there with the demo token filled in.
 """
 
@@ -28,10 +29,13 @@ from django.views.decorators.http import require_POST
 from access.hotpath import mcp_enabled
 from access.models import AccessRequest, AccessState, McpSession, ServerState, Transport
 from access.services import do_switch_mcp
+from caretaker.activation import may_act
+from caretaker.models import Peer
 from confirmations.console import confirmation_link
 from confirmations.models import ConfirmationState, Contract, ContractState
 from confirmations.services import visible_to
 from console.acceptance import waiting
+from console.caretaker_screens import CaretakerScreens, expiring_certificates
 from console.draft_screens import DraftScreens
 from console.login_guard import login_failing_closed, logout_failing_closed
 from forge_core.console import is_operator
@@ -139,6 +143,8 @@ class Dashboard:
     pending_confirmations: int | None
     reconciliations: int | None
     drafts_waiting: int | None = None
+    # Certificates that expire soon, for a user who may act as the team's caretaker (None for anyone else).
+    expiring_certificates: list[Peer] | None = None
 
     @property
     def shows_waiting_items(self) -> bool:
@@ -173,6 +179,7 @@ def dashboard(request: HttpRequest) -> Dashboard:
             else None
         ),
         drafts_waiting=waiting(user).count() if user.has_perm("projects.view_project") else None,
+        expiring_certificates=expiring_certificates() if may_act(user) else None,
     )
 
 
@@ -217,6 +224,7 @@ class ConsoleSite(admin.AdminSite):
             path("mcp-switch/", self.admin_view(switch_mcp), name="mcp_switch"),
             path("confirmations/<uuid:confirmation_id>/", self.admin_view(confirmation_link), name="confirmation_link"),
             *DraftScreens(self).urls,
+            *CaretakerScreens(self).urls,
             re_path(r"^mcp_api/(?P<rest>(?:clienttoken|mcpsession|serverstate|accessrequest)/.*)$", moved_to_access),
             *super().get_urls(),
         ]

@@ -1,10 +1,10 @@
-"""The operator API's HTTP routes, mounted at /api/ (see `console.api` and `console.draft_api`)."""
+"""The operator API's HTTP routes, mounted at /api/ (see `console.api`, `console.draft_api` and `console.caretaker_api`)."""
 
 from __future__ import annotations
 
 from django.urls import path
 
-from console import api, draft_api
+from console import api, caretaker_api, draft_api
 
 app_name = "console"
 
@@ -19,4 +19,6 @@ urlpatterns = [
     path("drafts/<slug:slug>", draft_api.draft, name="draft"),
     path("drafts/<slug:slug>/accept", draft_api.accept, name="accept-draft"),
     path("drafts/<slug:slug>/discard", draft_api.discard, name="discard-draft"),
+    path("caretaker/peers", caretaker_api.peers, name="caretaker-peers"),
+    path("caretaker/peers/<str:name>/codes", caretaker_api.codes, name="caretaker-codes"),
 ]

@@ -549,6 +549,9 @@ OPERATOR_PATHS = {
     "/api/drafts/{slug}",
     "/api/drafts/{slug}/accept",
     "/api/drafts/{slug}/discard",
+    # console.caretaker_api
+    "/api/caretaker/peers",
+    "/api/caretaker/peers/{name}/codes",
 }
 AUDIT_PATHS = {
     "/api/audit/events",

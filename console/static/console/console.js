@@ -18,12 +18,29 @@
       .then(function (html) {
         var fresh = new DOMParser().parseFromString(html, "text/html").querySelector("#content-main");
         var here = document.querySelector("#content-main");
-        if (fresh && here) here.replaceWith(fresh);
+        if (fresh && here) {
+          keepTyped(here, fresh);
+          here.replaceWith(fresh);
+        }
       })
       .finally(function () {
         busy = false;
         if (again) { again = false; refresh(); }
       });
+  }
+  // What a person is typing (a sentence, a memorable ID, a reason) survives the swap: each edited text field
+  // is carried over to its twin in the fresh content (same form action, same name), focus included.
+  function keepTyped(here, fresh) {
+    var focused = document.activeElement;
+    here.querySelectorAll("input[type=text], textarea").forEach(function (field) {
+      if (field.value === field.defaultValue && field !== focused) return;
+      var action = field.form ? field.form.getAttribute("action") : "";
+      fresh.querySelectorAll("input[type=text], textarea").forEach(function (twin) {
+        if (twin.name !== field.name || (twin.form ? twin.form.getAttribute("action") : "") !== action) return;
+        twin.value = field.value;
+        if (field === focused) setTimeout(function () { twin.focus(); }, 0);
+      });
+    });
   }
   // A countdown that ran out: the server expires what is due when the page is read, so read it again
   // (a moment later, so the server's clock has passed the deadline too).
