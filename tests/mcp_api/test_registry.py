@@ -139,6 +139,7 @@ def test_override_tools_are_hidden_when_override_securities_is_off(settings, ove
     assert find_tool(override_tool.name) is None
 
 
+@pytest.mark.django_db  # under override the list also asks whether the caretaker is active
 def test_override_tools_are_offered_when_override_securities_is_on(settings, override_tool):
     settings.FORGE_OVERRIDE_SECURITIES = True
 
