@@ -605,6 +605,28 @@ def consider_roster(peers_toml: bytes, revoked_toml: bytes, *, source: str, acto
     return Verdict("accepted", f"Roster {candidate.meta.sequence_number} accepted.", candidate.meta.sequence_number)
 
 
+def do_clear_conflict(conflict_id: int, *, actor: str) -> RosterConflict:
+    """Mark a flagged roster conflict as seen and dealt with (audited); the rosters themselves are untouched."""
+    with transaction.atomic():
+        conflict = RosterConflict.objects.select_for_update().filter(pk=conflict_id, cleared_at__isnull=True).first()
+        if conflict is None:
+            raise CaretakerRefusal("FORGE_ERR_NOT_FOUND", "There is no open roster conflict with this id.", status=404)
+        conflict.cleared_at, conflict.cleared_by = timezone.now(), actor[:150]
+        conflict.save(update_fields=["cleared_at", "cleared_by"])
+        record(
+            EventKind.CARETAKER_ACTION,
+            tool="roster.conflict_clear",
+            arguments={
+                "sequence_number": conflict.sequence,
+                "accepted_digest": conflict.accepted_digest,
+                "candidate_digest": conflict.candidate_digest,
+            },
+            outcome="cleared",
+            called_by=actor,
+        )
+    return conflict
+
+
 def consider_incoming(*, actor: str = "roster-watcher") -> list[Verdict]:
     """Pairs of peers.toml / revoked.toml dropped into FORGE_ROSTER_DIR/incoming/ (as `NAME.peers.toml` and
     `NAME.revoked.toml`, or plain `peers.toml` and `revoked.toml`): each pair considered once, then moved to

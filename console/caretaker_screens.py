@@ -23,15 +23,12 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import admin, messages
-from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from audit.models import EventKind
-from audit.services import record
 from caretaker import activation, ca, roster, services, store, trust
 from caretaker.models import ACCEPTANCE_SENTENCE, EnrollmentCode, Peer, Role, RosterConflict
 from caretaker.randomart import key_art
@@ -262,7 +259,7 @@ class CaretakerScreens:
 
     def clear_conflict_view(self, request: HttpRequest, conflict_id: int) -> HttpResponse:
         def act() -> str:
-            conflict = do_clear_conflict(conflict_id, actor=_actor(request))
+            conflict = services.do_clear_conflict(conflict_id, actor=_actor(request))
             return f"Cleared the conflict at sequence {conflict.sequence}; sign a newer roster to settle it."
 
         return _act(request, "clearing a roster conflict", act)
@@ -352,28 +349,6 @@ def expiring_certificates() -> list[Peer]:
 
 
 # --- the one state change these screens own --------------------------------------------------------------
-
-
-def do_clear_conflict(conflict_id: int, *, actor: str) -> RosterConflict:
-    """Mark a flagged roster conflict as seen and dealt with (audited); the rosters themselves are untouched."""
-    with transaction.atomic():
-        conflict = RosterConflict.objects.select_for_update().filter(pk=conflict_id, cleared_at__isnull=True).first()
-        if conflict is None:
-            raise Refusal("FORGE_ERR_NOT_FOUND", "There is no open roster conflict with this id.", status=404)
-        conflict.cleared_at, conflict.cleared_by = timezone.now(), actor[:150]
-        conflict.save(update_fields=["cleared_at", "cleared_by"])
-        record(
-            EventKind.CARETAKER_ACTION,
-            tool="roster.conflict_clear",
-            arguments={
-                "sequence_number": conflict.sequence,
-                "accepted_digest": conflict.accepted_digest,
-                "candidate_digest": conflict.candidate_digest,
-            },
-            outcome="cleared",
-            called_by=actor,
-        )
-    return conflict
 
 
 # --- the public CRL ---------------------------------------------------------------------------------------
