@@ -530,12 +530,24 @@ def refresh_roster_if_due(*, actor: str = "roster-refresh") -> execution.Outcome
 
 
 def accepted() -> AcceptedRoster | None:
-    from caretaker import sealing
-
+    """The record of the roster accepted last, if there is one and it is what Forge sealed."""
     row = AcceptedRoster.objects.filter(pk=1).first()
-    if row is None or not sealing.is_sealed(row.seal_parts(), row.seal):
+    if row is None or not _is_authentic(row):
         return None
     return row
+
+
+def _is_authentic(row: AcceptedRoster) -> bool:
+    from caretaker import sealing
+
+    return sealing.is_sealed(row.seal_parts(), row.seal)
+
+
+TAMPERED_RECORD = (
+    "The record of the last accepted roster was changed outside Forge (its seal does not match), so no roster is "
+    "accepted until that is dealt with: compare the database with a backup; a caretaker signing the roster again "
+    "(manage.py roster_sign) records a fresh one."
+)
 
 
 @dataclass(frozen=True)
@@ -551,7 +563,12 @@ def consider_roster(peers_toml: bytes, revoked_toml: bytes, *, source: str, acto
     against the trust store, is not expired, its files belong together and its sequence is higher than the last
     accepted; an equal sequence with other content is flagged as a conflict. Every verdict is audited."""
     now = _now()
-    last = accepted()
+    last = AcceptedRoster.objects.filter(pk=1).first()
+    if last is not None and not _is_authentic(last):
+        # Fail closed: an edited counter must not let an older roster back in.
+        with transaction.atomic():
+            _audit("roster.consider", "refused: tampered_record", actor, source=source)
+        return Verdict("refused", TAMPERED_RECORD, reason="tampered_record")
     try:
         candidate = roster.verify_roster(peers_toml, revoked_toml, trusted=_trusted_now(), now=now)
         verdict = roster.evaluate(

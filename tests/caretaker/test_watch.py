@@ -15,7 +15,7 @@ import pytest
 
 from caretaker import services, store, trust, watch
 from caretaker.models import RosterConflict
-from tests.caretaker.test_commands import Elsewhere, tampered_peer, write_pair
+from tests.caretaker.rosters import Elsewhere, tampered_peer, write_pair
 
 BOUND = 10.0  # seconds; the watcher takes about 0.2-0.7 s to notice a pair
 
