@@ -159,6 +159,13 @@ def do_mint_code(peer_name: str, *, actor: str) -> MintedCode:
         raise CaretakerRefusal(
             "FORGE_ERR_INVALID_PEER", f"{peer.name} is revoked; register the member again under a new name."
         )
+    if peer.state == PeerState.ACTIVE:
+        raise CaretakerRefusal(
+            "FORGE_ERR_INVALID_PEER",
+            f"{peer.name} has a certificate already, so a code would not be accepted: the member renews it with "
+            "team.rotate_cert (a lost key: revoke it and register the member under a new name).",
+            status=409,
+        )
     minted = mint_token(CODE_PREFIX)
     with transaction.atomic():
         code = EnrollmentCode.objects.create(

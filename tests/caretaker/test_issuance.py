@@ -217,3 +217,11 @@ def test_the_roster_is_not_signed_again_while_the_caretaker_is_off(active, setti
         patch.setattr(services, "_now", lambda: later.replace(microsecond=0))
         assert services.refresh_roster_if_due() is None
     assert services.accepted().sequence == 1
+
+
+def test_no_code_is_minted_for_a_peer_that_has_a_certificate(active):
+    issue(active)
+    with pytest.raises(services.CaretakerRefusal) as refused:
+        services.do_mint_code("alice@team", actor="cora")
+    assert "team.rotate_cert" in refused.value.message
+    assert EnrollmentCode.objects.count() == 1
