@@ -225,3 +225,27 @@ def test_no_code_is_minted_for_a_peer_that_has_a_certificate(active):
         services.do_mint_code("alice@team", actor="cora")
     assert "team.rotate_cert" in refused.value.message
     assert EnrollmentCode.objects.count() == 1
+
+
+def test_an_expired_code_is_refused_and_nothing_is_proposed(active):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    services.do_create_peer("alice@team", role="author", actor="cora")
+    minted = services.do_mint_code("alice@team", actor="cora")
+    EnrollmentCode.objects.filter(pk=minted.code.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+
+    with pytest.raises(services.CaretakerRefusal) as refused:
+        services.propose_issuance(csr_for(new_key()), code=minted.raw, requested_by="alice")
+
+    assert refused.value.code == "FORGE_ERR_ENROLLMENT_CODE" and "expired" in refused.value.message
+    assert EnrollmentCode.objects.get().used_at is None
+    assert Peer.objects.get().state == PeerState.ENROLLING
+
+
+def test_an_unknown_code_is_refused(active):
+    services.do_create_peer("alice@team", role="author", actor="cora")
+    with pytest.raises(services.CaretakerRefusal) as refused:
+        services.propose_issuance(csr_for(new_key()), code="fenr_not-a-code", requested_by="mallory")
+    assert "unknown" in refused.value.message
