@@ -29,6 +29,7 @@ import signal
 import sys
 import traceback
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -126,20 +127,16 @@ def executing_events(contract_id: str) -> int:
     return ContractEvent.objects.filter(contract_id=contract_id, to_state=ContractState.EXECUTING).count()
 
 
-def inspect(command: dict[str, Any]) -> None:
+def inspect_after_restart(command: dict[str, Any], read: Callable[[], tuple[str, bool]], **extra: Any) -> None:
+    """Recover as a restarted server would, then report the contract, its target as `read` sees it (fingerprint
+    and whether it is whole) before and after an attempt to execute it a second time, and its events."""
     from confirmations import executor, services
     from confirmations.models import ContractEvent
     from forge_core.capabilities import ExecutionRefused
-    from projects.plcopen import documents
 
     moved = [str(contract.id) for contract in services.recover(actor="restart")]
     contract = executor.load(command["contract"])
-    path = target_path()
-    data = path.read_bytes()
-    try:
-        valid = documents.validate(documents.load(data)) == []
-    except documents.ProjectFormatError:
-        valid = False
+    fingerprint, whole = read()
     state_after_recovery = contract.state
     evidence = executor.evidence(contract)
     try:
@@ -155,14 +152,31 @@ def inspect(command: dict[str, Any]) -> None:
         detail=contract.detail,
         precondition_fingerprint=contract.precondition_fingerprint,
         expected_post_fingerprint=contract.expected_post_fingerprint,
-        file_fingerprint=documents.fingerprint(data),
-        file_after_second_execute=documents.fingerprint(path.read_bytes()),
-        schema_valid=valid,
+        file_fingerprint=fingerprint,
+        file_after_second_execute=read()[0],
+        schema_valid=whole,
         evidence={k: v for k, v in evidence.items() if k != "current_fingerprint"},
         events=dict(events),
         second_execute=second_execute,
-        temp_files=sorted(p.name for p in path.parent.glob(".*.tmp")),
+        **extra,
     )
+
+
+def inspect(command: dict[str, Any]) -> None:
+    from projects.plcopen import documents
+
+    path = target_path()
+
+    def read() -> tuple[str, bool]:
+        data = path.read_bytes()
+        try:
+            valid = documents.validate(documents.load(data)) == []
+        except documents.ProjectFormatError:
+            valid = False
+        return documents.fingerprint(data), valid
+
+    temp_files = sorted(p.name for p in path.parent.glob(".*.tmp"))
+    inspect_after_restart(command, read, temp_files=temp_files)
 
 
 # --- the team roster (capability team.roster) ------------------------------------------------------------
@@ -292,37 +306,14 @@ def published_roster() -> dict[str, Any]:
 
 
 def inspect_roster(command: dict[str, Any]) -> None:
-    from confirmations import executor, services
-    from confirmations.models import ContractEvent
-    from forge_core.capabilities import ExecutionRefused
-
-    moved = [str(contract.id) for contract in services.recover(actor="restart")]
-    contract = executor.load(command["contract"])
     found = published_roster()
-    state_after_recovery = contract.state
-    evidence = executor.evidence(contract)
-    try:
-        executor.execute(contract, actor="restart")
-        second_execute = "executed"
-    except ExecutionRefused as refusal:
-        second_execute = refusal.reason
-    events = Counter(ContractEvent.objects.filter(contract=contract).values_list("to_state", flat=True))
-    emit(
-        event="inspected",
-        moved=moved,
-        state=state_after_recovery,
-        detail=contract.detail,
-        precondition_fingerprint=contract.precondition_fingerprint,
-        expected_post_fingerprint=contract.expected_post_fingerprint,
-        file_fingerprint=found["fingerprint"],
-        file_after_second_execute=published_roster()["fingerprint"],
-        schema_valid=found["verifies"],
-        evidence={k: v for k, v in evidence.items() if k != "current_fingerprint"},
-        events=dict(events),
-        second_execute=second_execute,
-        current=found["current"],
-        generations=found["generations"],
-        temp_files=found["partial"],
+
+    def read() -> tuple[str, bool]:
+        now = published_roster()
+        return now["fingerprint"], now["verifies"]
+
+    inspect_after_restart(
+        command, read, current=found["current"], generations=found["generations"], temp_files=found["partial"]
     )
 
 
