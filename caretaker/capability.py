@@ -113,19 +113,8 @@ def _sequence_of(published: store.Published) -> int:
     if published.empty:
         return 0
     return roster.verify_roster(
-        published.peers_toml, published.revoked_toml, trusted=_trusted(), now=EPOCH
+        published.peers_toml, published.revoked_toml, trusted=trust.roster_signers(), now=EPOCH
     ).meta.sequence_number
-
-
-def _trusted() -> list[Any]:
-    found = trust.trusted_certificates()
-    try:
-        own = ca.load_ca(settings.FORGE_CA_DIR).certificate
-    except ca.CaUnavailable:
-        return found
-    if all(ca.cert_fingerprint(c) != ca.cert_fingerprint(own) for c in found):
-        found.append(own)
-    return found
 
 
 def base_roster(published: store.Published) -> roster.Roster | None:
@@ -133,7 +122,7 @@ def base_roster(published: store.Published) -> roster.Roster | None:
     it is about to be signed again), or None before the first."""
     if published.empty:
         return None
-    return roster.verify_roster(published.peers_toml, published.revoked_toml, trusted=_trusted(), now=EPOCH)
+    return roster.verify_roster(published.peers_toml, published.revoked_toml, trusted=trust.roster_signers(), now=EPOCH)
 
 
 def issued_certificate(team_ca: ca.TeamCa, intent: Mapping[str, Any]) -> bytes:
@@ -158,7 +147,7 @@ def next_roster(current: bytes, method: str, intent: Mapping[str, Any]) -> store
         # that verifies against the trust store as it is now is written.
         incoming = store.Published.from_bundle(intent["files"].encode())
         roster.verify_roster(
-            incoming.peers_toml, incoming.revoked_toml, trusted=_trusted(), now=_at(intent["checked_at"])
+            incoming.peers_toml, incoming.revoked_toml, trusted=trust.roster_signers(), now=_at(intent["checked_at"])
         )
         return store.Published(incoming.peers_toml, incoming.revoked_toml, published.crl_pem)
     team_ca = ca.load_ca(settings.FORGE_CA_DIR)
@@ -212,7 +201,9 @@ def next_roster(current: bytes, method: str, intent: Mapping[str, Any]) -> store
 
 def remember_accepted(published: store.Published, *, source: str, actor: str) -> AcceptedRoster:
     """Record `published` as the roster accepted last (sealed), inside the caller's transaction."""
-    checked = roster.verify_roster(published.peers_toml, published.revoked_toml, trusted=_trusted(), now=EPOCH)
+    checked = roster.verify_roster(
+        published.peers_toml, published.revoked_toml, trusted=trust.roster_signers(), now=EPOCH
+    )
     with transaction.atomic():
         row = AcceptedRoster.objects.select_for_update().filter(pk=1).first() or AcceptedRoster(pk=1)
         row.sequence = checked.meta.sequence_number

@@ -257,7 +257,7 @@ def _proposal(
     observed = adapter.read(identity)
     result = adapter.forward(identity, method, observed.content, intent)
     after = store.Published.from_bundle(result)
-    checked = roster.verify_roster(after.peers_toml, after.revoked_toml, trusted=_trusted_now(), now=_now())
+    checked = roster.verify_roster(after.peers_toml, after.revoked_toml, trusted=trust.roster_signers(), now=_now())
     preview = {
         **preview,
         "roster": {
@@ -279,12 +279,6 @@ def _proposal(
         label=label,
         key_memorable_id=key_memorable_id,
     )
-
-
-def _trusted_now() -> list[x509.Certificate]:
-    from caretaker.capability import _trusted
-
-    return _trusted()
 
 
 def _csr(csr_pem: str) -> ca.CsrInfo:
@@ -577,7 +571,7 @@ def consider_roster(peers_toml: bytes, revoked_toml: bytes, *, source: str, acto
             _audit("roster.consider", "refused: tampered_record", actor, source=source)
         return Verdict("refused", TAMPERED_RECORD, reason="tampered_record")
     try:
-        candidate = roster.verify_roster(peers_toml, revoked_toml, trusted=_trusted_now(), now=now)
+        candidate = roster.verify_roster(peers_toml, revoked_toml, trusted=trust.roster_signers(), now=now)
         verdict = roster.evaluate(
             candidate, last_sequence=last.sequence if last else None, last_digest=last.digest if last else None
         )
@@ -714,7 +708,8 @@ def export_setup(*, public_url: str = "") -> dict[str, Any]:
     activation.require_caretaker("Exporting the team setup")
     published = store.read_published(settings.FORGE_ROSTER_DIR)
     description = ca_description() or {}
-    url = public_url or "https://forge.example:8443"
+    # The snippets name this server by FORGE_PUBLIC_URL; without it they say where to put the address.
+    url = public_url.rstrip("/") or "https://SERVER:PORT"
     return {
         "ca_certificate": description.get("certificate", ""),
         "ca_fingerprint_sha256": description.get("fingerprint_sha256", ""),
@@ -727,6 +722,7 @@ def export_setup(*, public_url: str = "") -> dict[str, Any]:
             "files": "Save ca_certificate as team-ca.pem, your certificate as client.crt and your key as client.key.",
             "curl": f"curl --cacert team-ca.pem --cert client.crt --key client.key {url}/healthz",
             "python_httpx": f"httpx.Client(verify='team-ca.pem', cert=('client.crt', 'client.key')).get('{url}/healthz')",
-            "verify_roster": "python manage.py roster_verify peers.toml revoked.toml",
+            "verify_roster": "python manage.py roster_verify --trust team-ca.pem peers.toml revoked.toml",
+            "server_url": public_url.rstrip("/") or "FORGE_PUBLIC_URL is not set on the server: use its address",
         },
     }

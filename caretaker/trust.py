@@ -78,6 +78,19 @@ def trusted_certificates() -> list[x509.Certificate]:
     return [entry.certificate for entry in trusted()]
 
 
+def roster_signers() -> list[x509.Certificate]:
+    """The CAs whose rosters this server accepts: the trust store's, and its own team CA even if someone took
+    it out of the store (the roster it publishes must stay readable to itself)."""
+    found = trusted_certificates()
+    try:
+        own = ca.load_ca(settings.FORGE_CA_DIR).certificate
+    except ca.CaUnavailable:
+        return found
+    if all(ca.cert_fingerprint(c) != ca.cert_fingerprint(own) for c in found):
+        found.append(own)
+    return found
+
+
 def _is_ca(certificate: x509.Certificate) -> bool:
     try:
         return bool(certificate.extensions.get_extension_for_class(x509.BasicConstraints).value.ca)
