@@ -313,14 +313,19 @@ def _key_preview(csr: ca.CsrInfo) -> dict[str, Any]:
     }
 
 
-def propose_issuance(csr_pem: str, *, code: str = "", peer_name: str = "", requested_by: str) -> Proposal:
+def propose_issuance(
+    csr_pem: str, *, code: str | None = None, peer_name: str | None = None, requested_by: str
+) -> Proposal:
     """A certificate for a peer from its CSR: with a one-time `code` (a member's client), or for `peer_name`
-    (the caretaker in the console). Refused, with nothing changed, for a bad CSR, a used or expired code, or a
-    peer that has a certificate already (that is team.rotate_cert)."""
+    (the caretaker in the console), exactly one of them. Refused, with nothing changed, for a bad CSR, a code
+    that is unknown (an empty one too), used or expired, or a peer that has a certificate already (that is
+    team.rotate_cert)."""
+    if (code is None) == (peer_name is None):
+        raise TypeError("propose_issuance takes either a code or a peer name")
     activation.require_caretaker("Issuing a certificate")
     csr = _csr(csr_pem)
     with transaction.atomic():
-        if code:
+        if code is not None:
             peer = _redeem(code, used_for=f"request by {requested_by}")
         else:
             found = Peer.objects.filter(name=peer_name).first()
