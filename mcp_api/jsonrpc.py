@@ -54,7 +54,7 @@ def refusal_error(refusal: Refusal) -> RpcError:
 
 class UnreadableMessage(RpcError):
     """A body this server will not act on, refused before anything reads its meaning: not JSON, a `NaN` or
-    `Infinity`, a lone surrogate, or nesting past the limit. Carries the id to answer with (the request's
+    `Infinity`, a lone surrogate, a NUL character, or nesting past the limit. Carries the id to answer with (the request's
     own where it is usable, else null) and the audit outcome that names the flaw."""
 
     def __init__(self, code: int, message: str, *, outcome: str, request_id: Any = None, data: Any = None) -> None:
@@ -63,8 +63,16 @@ class UnreadableMessage(RpcError):
         self.request_id = request_id
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-# After decoding, a well-formed pair is one code point; whatever surrogate is left stands alone.
+# After decoding, a well-formed pair is one code point; whatever surrogate is left stands alone. NUL (U+0000)
+# is a character JSON can carry but nothing here can hold: XML 1.0 forbids it, PostgreSQL refuses it in text.
+_UNHOLDABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def _text_flaw(text: str) -> str | None:
+    found = _UNHOLDABLE.search(text)
+    if found is None:
+        return None
+    return "nul_character" if found.group() == "\x00" else "lone_surrogate"
 
 
 _MEMBERS = ("jsonrpc", "id", "method", "params", "result", "error")
@@ -78,7 +86,8 @@ def decode(body: bytes, *, max_depth: int) -> Any:
     """Decode a request body as JSON and screen what it carries, or raise `UnreadableMessage`.
 
     Not JSON, or `NaN` / `Infinity` (which Python's parser accepts and JSON does not): -32700. A lone
-    surrogate (it cannot be encoded again, so no answer or audit row could carry it) or nesting deeper than
+    surrogate (it cannot be encoded again, so no answer or audit row could carry it), the NUL character (no
+    PLCopen file and no PostgreSQL text can hold it), or nesting deeper than
     `max_depth` (a message itself is depth 1): -32600 with id null when it is in the id, -32602 with the
     request's id when it is in `params`, -32600 with the id anywhere else. A batch is screened entry by
     entry and refused whole with the first entry's flaw."""
@@ -109,22 +118,24 @@ def _screen(message: Any, max_depth: int) -> None:
         raise _unreadable(id_flaw, "id", None, max_depth)
     request_id = message.get("id") if is_valid_id(message.get("id")) else None
     for key, value in message.items():
-        flaw = "lone_surrogate" if _SURROGATE.search(key) else _flaw(value, max_depth - 1)
+        flaw = _text_flaw(key) or _flaw(value, max_depth - 1)
         if flaw is not None:
             raise _unreadable(flaw, key if key in _MEMBERS else "message", request_id, max_depth)
 
 
 def _flaw(value: Any, depth_left: int) -> str | None:
-    """'lone_surrogate' or 'too_deep' for the first flaw in `value`, or None; never looks deeper than allowed."""
+    """'lone_surrogate', 'nul_character' or 'too_deep' for the first flaw in `value`, or None; never looks deeper
+    than allowed."""
     if isinstance(value, str):
-        return "lone_surrogate" if _SURROGATE.search(value) else None
+        return _text_flaw(value)
     if not isinstance(value, (dict, list)):
         return None
     if depth_left <= 0:
         return "too_deep"
     for key in value if isinstance(value, dict) else ():
-        if _SURROGATE.search(key):
-            return "lone_surrogate"
+        key_flaw = _text_flaw(key)
+        if key_flaw is not None:
+            return key_flaw
     for item in value.values() if isinstance(value, dict) else value:
         flaw = _flaw(item, depth_left - 1)
         if flaw is not None:
@@ -139,6 +150,9 @@ def _unreadable(flaw: str, where: str, request_id: Any, max_depth: int) -> Unrea
             f"(FORGE_MAX_JSON_DEPTH, the message itself counting as one); flatten it"
         )
         data: Any = {"limit": max_depth, "where": where}
+    elif flaw == "nul_character":
+        what = "contains the NUL character (U+0000), which no name, text or PLC source here can hold; remove it"
+        data = {"where": where}
     else:
         what = "contains a lone UTF-16 surrogate, which is not a character; send valid Unicode text"
         data = {"where": where}

@@ -229,3 +229,32 @@ async def test_on_the_legacy_transport_nan_is_32700(cast):
     assert refused.status == 400
     assert refused.error_code == PARSE_ERROR
     assert await refusal_outcomes() == ["bad_json"]
+
+
+async def test_a_nul_character_in_a_project_slug_is_32602_and_no_tool_runs(cast):
+    # NUL is valid JSON, but no PLCopen file and no PostgreSQL text can hold it: refused before anything
+    # looks a project up with it (on PostgreSQL that lookup itself would fail).
+    session_id = await open_session(cast.operator.raw_token, "2025-06-18")
+    message = rpc("tools/call", {"name": "project.overview", "arguments": {"project": "line\x00one"}}, id=5)
+
+    response = await post_raw(cast.operator.raw_token, raw(message), session_id=session_id)
+
+    assert response.status == 400
+    assert response.json()["id"] == 5
+    assert response.error_code == INVALID_PARAMS
+    assert "NUL character" in response.json()["error"]["message"]
+    assert await audit_events(EventKind.TOOL_CALL) == []
+    assert await refusal_outcomes() == ["nul_character"]
+
+
+async def test_a_nul_character_in_an_object_key_or_the_id_is_refused_too(cast):
+    session_id = await open_session(cast.operator.raw_token, "2025-06-18")
+    in_key = rpc("tools/call", {"name": "session.status", "arguments": {"a\x00": 1}}, id=6)
+    in_id = rpc("ping", {}, id="x\x00")
+
+    keyed = await post_raw(cast.operator.raw_token, raw(in_key), session_id=session_id)
+    with_id = await post_raw(cast.operator.raw_token, raw(in_id), session_id=session_id)
+
+    assert keyed.error_code == INVALID_PARAMS
+    assert (with_id.error_code, with_id.json()["id"]) == (INVALID_REQUEST, None)
+    assert await refusal_outcomes() == ["nul_character", "nul_character"]
