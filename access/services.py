@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -16,7 +17,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from access import hotpath, limits
+from access import hotpath, limits, peers
 from access.grants import end_grants
 from access.models import (
     BearerToken,
@@ -91,6 +92,27 @@ def record_refused_token(path: str, *, outcome: str, called_by: str = "") -> Non
     """The audit row of a refused credential; the refusal stands even when it cannot be written."""
     with contextlib.suppress(AuditUnavailable):
         record(EventKind.AUTH_REFUSED, arguments={"path": path}, outcome=outcome, called_by=called_by)
+
+
+def authenticate_certificate(chain_pem: Sequence[str], path: str) -> ClientToken:
+    """The client token a presented team certificate acts through (`access.peers`); a refused one is audited as an
+    attempt and raised as `CertificateRefused`."""
+    try:
+        token = peers.token_for(peers.verify(chain_pem))
+        if not token.is_usable() or not token.owner.is_active:
+            raise peers.CertificateRefused(
+                "access_revoked",
+                "An operator revoked this certificate's access in the Forge console; ask them, or the caretaker.",
+            )
+    except peers.CertificateRefused as refused:
+        with contextlib.suppress(AuditUnavailable):
+            record(
+                EventKind.AUTH_REFUSED,
+                arguments={"path": path, **refused.audit_details()},
+                outcome=f"bad_certificate: {refused.reason}",
+            )
+        raise
+    return token
 
 
 def authenticate_token(raw: str | None) -> ClientToken | None:

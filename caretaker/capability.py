@@ -29,6 +29,7 @@ from caretaker import activation, ca, roster, sealing, store, trust
 from caretaker.models import AcceptedRoster, Peer, PeerState, Revocation
 from caretaker.randomart import key_art
 from forge_core.capabilities import IntentRefused, Observation, Step, TargetMissing
+from forge_core.live import notify_trust_changed
 
 ISSUE = "issue_certificate"
 REVOKE = "revoke_certificate"
@@ -99,6 +100,7 @@ class RosterCapability:
         published = store.read_published(settings.FORGE_ROSTER_DIR)
         accepted = remember_accepted(published, source=intent.get("source") or f"signed here ({method})", actor=actor)
         result: dict[str, Any] = {"roster_sequence": accepted.sequence}
+        notify_trust_changed()  # a peer's open stream checks its certificate against the new roster at once
         if method in (REVOKE, ROTATE):
             result.update(_settle_revocation(intent, actor=actor))
         if method in (ISSUE, ROTATE):

@@ -23,7 +23,7 @@ from audit.services import record
 from caretaker import ca
 from caretaker.randomart import key_art
 from forge_core.errors import Refusal
-from forge_core.live import notify_console
+from forge_core.live import notify_console, notify_trust_changed
 
 MAX_PEM_BYTES = 64 * 1024
 
@@ -144,6 +144,7 @@ def install(pem: bytes, *, actor: str, why: str) -> TrustedCa:
         temporary.write_bytes(certificate.public_bytes(Encoding.PEM))
         os.replace(temporary, target)
         notify_console("caretaker")
+        notify_trust_changed()
     return TrustedCa(target.name, certificate)
 
 
@@ -162,3 +163,4 @@ def remove(file_name: str, *, actor: str) -> None:
         )
         (folder() / entry.file_name).unlink(missing_ok=True)
         notify_console("caretaker")
+        notify_trust_changed()

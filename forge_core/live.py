@@ -74,6 +74,12 @@ def notify_console(what: str) -> None:
     transaction.on_commit(lambda: notify_streams(CONSOLE_GROUP, "console.changed", what=what))
 
 
+def notify_trust_changed() -> None:
+    """Tell every open MCP stream that the roster, its CRL or the trust store changed, once the current
+    transaction commits: a peer's stream checks its certificate again at once (`mcp.trust_changed`)."""
+    transaction.on_commit(lambda: notify_streams(BROADCAST_GROUP, "mcp.trust_changed"))
+
+
 def notify_tools_changed() -> None:
     """Tell every open MCP stream that the tool set changed (`notifications/tools/list_changed`), once the
     current transaction commits."""

@@ -17,6 +17,7 @@ import dj_database_url
 from forge_core.env import (
     envbool,
     envcadence,
+    envchoice,
     envfloat,
     envint,
     envlist,
@@ -261,6 +262,15 @@ FORGE_CERT_DAYS = envint("FORGE_CERT_DAYS", 90, minimum=1)
 # A roster past its `expires` is refused (so withholding a newer one cannot freeze trust); re-signed well before.
 FORGE_ROSTER_VALIDITY_DAYS = envint("FORGE_ROSTER_VALIDITY_DAYS", 30, minimum=1)
 FORGE_ENROLLMENT_CODE_HOURS = envint("FORGE_ENROLLMENT_CODE_HOURS", 24, minimum=1)
+
+# --- TLS and mTLS (docs/TLS.md) ------------------------------------------------------------------------
+# `runmcp` serves HTTPS on this port too (0: no TLS listener); FORGE_PLAIN_HTTP=0 leaves only HTTPS.
+FORGE_TLS_PORT = envint("FORGE_TLS_PORT", 0, minimum=0)
+FORGE_PLAIN_HTTP = envbool("FORGE_PLAIN_HTTP", True)
+# The operator's own certificate chain and key (PEM); unset, Forge makes one under FORGE_SECRETS_DIR/tls/.
+FORGE_TLS_CERT = envstr("FORGE_TLS_CERT", "")
+FORGE_TLS_KEY = envstr("FORGE_TLS_KEY", "")
+FORGE_TLS_KEY_TYPE = envchoice("FORGE_TLS_KEY_TYPE", "rsa4096", ("rsa4096", "p256"))
 
 # --- Confirmations and the executor (DESIGN section 9) -------------------------------------------------
 FORGE_CONFIRM_EXPIRY_SECONDS = envfloat("FORGE_CONFIRM_EXPIRY_SECONDS", 300.0, minimum=1.0)

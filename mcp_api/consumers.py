@@ -157,6 +157,8 @@ class McpHttpConsumer(EventStreamConsumer):
         for group in reply.cancel:
             await get_channel_layer().group_send(group, {"type": "mcp.cancelled"})
         if reply.stream is not None:
+            # The stream's principal authenticated with this certificate if there is one (it decides alone).
+            reply.stream.certificate = exchange.client_cert_chain
             await self.open_stream(reply.stream, reply.headers)
         elif reply.wait is not None:
             await self.wait_for_decision(reply)
@@ -304,7 +306,9 @@ class McpHttpConsumer(EventStreamConsumer):
     async def may_stay_open(self) -> bool:
         plan = self.plan
         assert plan is not None
-        return await database_sync_to_async(upkeep.stream_may_stay_open)(plan.token_id, plan.session_id, plan.stream_id)
+        return await database_sync_to_async(upkeep.stream_may_stay_open)(
+            plan.token_id, plan.session_id, plan.stream_id, certificate=plan.certificate
+        )
 
     async def end_stream(self) -> None:
         plan = self.plan
@@ -348,6 +352,12 @@ class McpHttpConsumer(EventStreamConsumer):
 
     async def mcp_session_ended(self, event: dict[str, Any]) -> None:
         await self.end_stream()
+
+    async def mcp_trust_changed(self, event: dict[str, Any]) -> None:
+        """The roster, its CRL or the trust store changed: a peer's stream checks its certificate again at once
+        and ends if it no longer passes (a bearer token's stream has nothing to check)."""
+        if self.plan is not None and self.plan.certificate and not await self.may_stay_open():
+            await self.end_stream()
 
 
 class StreamableHttpConsumer(McpHttpConsumer):

@@ -60,6 +60,12 @@ class LiveServer:
     token: str
     env: dict[str, str]
     data_dir: Path
+    tls_port: int | None = None
+
+    @property
+    def tls_base(self) -> str:
+        assert self.tls_port is not None, "started without tls=True"
+        return f"https://127.0.0.1:{self.tls_port}"
 
     @property
     def mcp_url(self) -> str:
@@ -177,11 +183,16 @@ def prepare(data_dir: Path, **extra_env: str) -> tuple[dict[str, str], str]:
 
 
 @contextmanager
-def run_server(env: dict[str, str], token: str, data_dir: Path, *, port: int | None = None) -> Iterator[LiveServer]:
+def run_server(
+    env: dict[str, str], token: str, data_dir: Path, *, port: int | None = None, tls: bool = False
+) -> Iterator[LiveServer]:
+    """`runmcp` on loopback (and, with `tls`, HTTPS on a second port), until the block ends."""
     port = port or free_port()
+    tls_port = free_port() if tls else None
     log = open(data_dir / f"server-{port}.log", "w")  # noqa: SIM115 - closed below, after the process
     process = subprocess.Popen(
-        [sys.executable, "manage.py", "runmcp", "--host", "127.0.0.1", "--port", str(port)],
+        [sys.executable, "manage.py", "runmcp", "--host", "127.0.0.1", "--port", str(port)]
+        + (["--tls-port", str(tls_port)] if tls_port else []),
         cwd=ROOT,
         env=env,
         stdout=log,
@@ -190,7 +201,7 @@ def run_server(env: dict[str, str], token: str, data_dir: Path, *, port: int | N
     base = f"http://127.0.0.1:{port}"
     try:
         _wait_until_up(process, base, data_dir / f"server-{port}.log")
-        yield LiveServer(process=process, base=base, token=token, env=env, data_dir=data_dir)
+        yield LiveServer(process=process, base=base, token=token, env=env, data_dir=data_dir, tls_port=tls_port)
     finally:
         stop_process(process)
         log.close()

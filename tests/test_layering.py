@@ -39,7 +39,7 @@ ALLOWED: dict[str, set[str]] = {
     "projects": GROUND | {"audit"},
     "caretaker": GROUND | {"audit"},
     "confirmations": GROUND | {"audit", "caretaker.fingerprint"},
-    "access": GROUND | {"audit", "projects", "confirmations"},
+    "access": GROUND | {"audit", "projects", "caretaker", "confirmations"},
     "mcp_api": BELOW_THE_EDGES,
     "console": BELOW_THE_EDGES,
     "forge_site": BELOW_THE_EDGES | {"mcp_api", "console"},

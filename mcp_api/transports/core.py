@@ -27,6 +27,7 @@ from django.conf import settings
 
 from access import services
 from access.models import ClientToken
+from access.peers import CertificateRefused
 from audit.models import EventKind
 from audit.services import record
 from forge_core.errors import AuditUnavailable, Refusal
@@ -71,10 +72,14 @@ class Exchange:
     raw_headers: list[tuple[str, str]] = field(default_factory=list)
     body: bytes = b""
     query_string: str = ""
+    # The client certificate chain (PEM, leaf first) the TLS connection presented: only ever from the server's
+    # ASGI TLS extension (forge_site.tls_server), never from a header.
+    client_cert_chain: tuple[str, ...] = ()
 
     @classmethod
     def from_scope(cls, scope: dict[str, Any], body: bytes = b"") -> Exchange:
         raw = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope.get("headers", [])]
+        tls = (scope.get("extensions") or {}).get("tls") or {}
         return cls(
             method=scope.get("method", "GET"),
             path=scope.get("path", ""),
@@ -82,6 +87,7 @@ class Exchange:
             raw_headers=raw,
             body=body,
             query_string=scope.get("query_string", b"").decode("latin-1"),
+            client_cert_chain=tuple(tls.get("client_cert_chain") or ()),
         )
 
     def header(self, name: str) -> str | None:
@@ -118,6 +124,9 @@ class StreamPlan:
     subscription_id: Any = None
     notifications: frozenset[str] = frozenset()
     stream_id: int | None = None  # its row counted against the token's stream cap (access.limits)
+    # The client certificate chain its principal authenticated with, checked again with the token (a peer's
+    # stream ends when the roster, the CRL or the trust store stops vouching for it).
+    certificate: tuple[str, ...] = ()
     # Whether its events carry ids. Only the legacy /sse stream's do: no stream here can be resumed, and a
     # Streamable HTTP client that saw ids would reconnect with Last-Event-ID, which is refused, and stop
     # listening; without ids it opens a fresh stream.
@@ -182,11 +191,12 @@ class ExchangeRefused(Exception):
 
 
 class Unauthorized(ExchangeRefused):
-    """No usable bearer token: 401 with the challenge that says which scheme to use."""
+    """No usable credential: 401 with the challenge that says which scheme to use; a refused client certificate
+    also names its reason (`data.reason`)."""
 
-    def __init__(self, detail: str) -> None:
+    def __init__(self, detail: str, *, reason: str | None = None) -> None:
         super().__init__(
-            RpcError(INVALID_REQUEST, f"Unauthorized: {detail}"),
+            RpcError(INVALID_REQUEST, f"Unauthorized: {detail}", {"reason": reason} if reason else None),
             status=401,
             headers={"WWW-Authenticate": 'Bearer realm="forge-mcp", error="invalid_token"'},
         )
@@ -226,7 +236,15 @@ def answers_refusals(entry: Callable[[Exchange], Reply]) -> Callable[[Exchange],
 
 
 def authenticate(exchange: Exchange) -> ClientToken:
-    """The client token the request carries, or `Unauthorized` saying how to get one."""
+    """The client token the request acts through, or `Unauthorized` saying how to get one. A client certificate,
+    when the TLS connection presented one, decides alone: refused, it is refused whatever token is also sent."""
+    if exchange.client_cert_chain:
+        try:
+            return services.authenticate_certificate(exchange.client_cert_chain, exchange.path)
+        except CertificateRefused as refused:
+            raise Unauthorized(
+                f"client certificate refused ({refused.reason}): {refused}", reason=refused.reason
+            ) from None
     raw = exchange.bearer
     if raw is None:
         raise Unauthorized(

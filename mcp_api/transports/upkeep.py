@@ -4,15 +4,27 @@ legacy session that ends with its stream). Each runs in a hop of its own, now an
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from access import limits, services
 from access.models import ClientToken, McpSession
+from access.peers import CertificateRefused
 
 
-def stream_may_stay_open(token_id: int, session_id: str | None, stream_id: int | None = None) -> bool:
-    """Whether a stream may stay open: its token is still usable and its session has not ended."""
+def stream_may_stay_open(
+    token_id: int, session_id: str | None, stream_id: int | None = None, *, certificate: Sequence[str] = ()
+) -> bool:
+    """Whether a stream may stay open: its token is still usable (and the certificate it authenticated with
+    still passes every check), and its session has not ended."""
     token = ClientToken.objects.select_related("owner").filter(pk=token_id).first()
     if token is None or not token.is_usable() or not token.owner.is_active:
         return False
+    if certificate:
+        try:
+            if services.authenticate_certificate(certificate, "stream").pk != token.pk:
+                return False
+        except CertificateRefused:
+            return False
     if session_id is not None and not McpSession.objects.filter(pk=session_id, ended_at__isnull=True).exists():
         return False
     if stream_id is not None:

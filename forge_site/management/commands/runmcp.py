@@ -22,7 +22,10 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, close_old_connections
 
 from access import outbox
+from access.tls import TlsSetupError, mark_serving, server_certificate
 from audit.services import checkpoint_if_due
+from caretaker.ca import cert_fingerprint
+from caretaker.randomart import key_art
 from caretaker.services import refresh_roster_if_due
 from caretaker.watch import watch_incoming
 from confirmations.services import expire_due, recover
@@ -99,13 +102,30 @@ class Command(BaseCommand):
     def add_arguments(self, parser) -> None:
         parser.add_argument("--host", default=envstr("FORGE_HOST", "127.0.0.1"), help="address to bind (127.0.0.1)")
         parser.add_argument("--port", type=int, default=envint("FORGE_PORT", 8000), help="port to bind (8000)")
+        parser.add_argument(
+            "--tls-port",
+            type=int,
+            default=settings.FORGE_TLS_PORT,
+            help="also serve HTTPS on this port, with mTLS for team certificates (FORGE_TLS_PORT; 0: none)",
+        )
+        parser.add_argument(
+            "--no-http",
+            action="store_true",
+            default=not settings.FORGE_PLAIN_HTTP,
+            help="serve HTTPS only, no plain HTTP (FORGE_PLAIN_HTTP=0)",
+        )
 
-    def handle(self, *args, host: str, port: int, **options) -> None:
+    def handle(self, *args, host: str, port: int, tls_port: int, no_http: bool, **options) -> None:
         if not 0 < port < 65536:
             raise CommandError(f"--port {port} is not a TCP port; use 1-65535.")
-        from daphne.server import Server  # installs the asyncio reactor; import before anything else does
+        if not 0 <= tls_port < 65536 or (tls_port and tls_port == port and not no_http):
+            raise CommandError(f"--tls-port {tls_port} is not a free TCP port here; use 1-65535, other than --port.")
+        if no_http and not tls_port:
+            raise CommandError("--no-http leaves nothing to serve; give --tls-port (or FORGE_TLS_PORT) too.")
+        import daphne.server  # noqa: F401  installs the asyncio reactor; import before anything else does
 
         from forge_site.request_head import serve_with_head_limits
+        from forge_site.tls_server import ForgeServer, ServerTls
 
         serve_with_head_limits()  # an oversized request head gets 431 and a JSON body, not a bare 400
 
@@ -119,7 +139,22 @@ class Command(BaseCommand):
         # on a database that lost events, before anything could be recorded on top of it.
         self.check(databases=["default"], tags=["audit"])
         recover_contracts(self.stdout)
-        url = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
+        shown_host = host if ":" not in host else f"[{host}]"
+        urls = [] if no_http else [f"http://{shown_host}:{port}"]
+        tls = None
+        if tls_port:
+            try:
+                certificate = server_certificate(host)
+            except TlsSetupError as exc:
+                raise CommandError(str(exc)) from None
+            tls = (host, tls_port, ServerTls(certificate, settings.FORGE_TRUST_DIR))
+            mark_serving(tls_port, certificate)
+            urls.append(f"https://{shown_host}:{tls_port}")
+            art = key_art(certificate.certificate)
+            self.stdout.write(
+                f"TLS certificate {cert_fingerprint(certificate.certificate)} ({art.memorable_id}) for "
+                f"{', '.join(certificate.names) or certificate.certificate.subject.rfc4514_string()}"
+            )
 
         stop = threading.Event()
         # Tasks on the reactor's loop (the outbox follower, the roster watcher), held so they are not collected.
@@ -130,7 +165,8 @@ class Command(BaseCommand):
             # collector from walking the Twisted + Django heap on every gen-2 pass (p99 35 -> 21 ms).
             gc.collect()
             gc.freeze()
-            self.stdout.write(f"Forge MCP listening on {url}/mcp (legacy SSE {url}/sse, console {url}/console/)")
+            for url in urls:
+                self.stdout.write(f"Forge MCP listening on {url}/mcp (legacy SSE {url}/sse, console {url}/console/)")
             self.stdout.flush()
             if settings.FORGE_AUDIT_CHECKPOINT_SECONDS:
                 threading.Thread(target=checkpoint_loop, args=(stop,), name="audit-checkpoints", daemon=True).start()
@@ -145,9 +181,10 @@ class Command(BaseCommand):
 
         if settings.FORGE_OVERRIDE_SECURITIES:
             self.stdout.write("WARNING: FORGE_OVERRIDE_SECURITIES=1: direct-write tools are registered.")
-        Server(
+        ForgeServer(
             application=application,
-            endpoints=[twisted_endpoint(host, port)],
+            endpoints=[] if no_http else [twisted_endpoint(host, port)],
+            tls=tls,
             signal_handlers=True,
             action_logger=None,  # daphne's access log cost 8-13% of a call; Django's logging covers us
             http_timeout=None,  # streams stay open as long as the client wants
