@@ -21,7 +21,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from access import hotpath
+from access import hotpath, peers
 from access.models import ClientToken, McpSession
 from audit.models import EventKind
 from audit.services import record
@@ -114,7 +114,9 @@ def _ping(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def _tools_list(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
-    page = registry.list_page(params.get("cursor"), mcp_on=hotpath.mcp_enabled())
+    page = registry.list_page(
+        params.get("cursor"), mcp_on=hotpath.mcp_enabled(), read_only=peers.is_read_only(ctx.token)
+    )
     if ctx.stateless:
         # The list depends on the principal and on flags an operator can change at any time.
         page.update({"ttlMs": 0, "cacheScope": "private"})

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from access import grants
+from access import grants, peers
 from access.models import AccessState, McpSession, Transport
 from access.services import find_session
 from caretaker import activation
@@ -54,6 +54,8 @@ class Need(StrEnum):
     OVERRIDE = "override"
     CARETAKER = "caretaker"
 
+
+READ_ONLY_ROLE_NAMES = ", ".join(sorted(peers.READ_ONLY_ROLES))
 
 NEEDS_GRANT = frozenset({Need.TOKEN, Need.GRANT})
 """A project tool's needs: a client token and this session's grant on the project its arguments name."""
@@ -179,6 +181,12 @@ def admit(tool: Tool, ctx: CallContext, arguments: Arguments) -> None:
     """
     if Need.OVERRIDE in tool.needs and not settings.FORGE_OVERRIDE_SECURITIES:
         raise unknown_tool(tool.name)
+    if not tool.read_only and peers.is_read_only(ctx.token):
+        raise Refusal(
+            "FORGE_ERR_READ_ONLY_ROLE",
+            f"{tool.name} changes something, and this team member's roster role ({READ_ONLY_ROLE_NAMES}) only "
+            "reads; ask the team's caretaker for another role.",
+        )
     if Need.CARETAKER in tool.needs and not is_caretaker(ctx):
         raise activation.NotCaretaker(
             f"{tool.name} needs this server to be the team's active caretaker, and it is not; ask your team's "
@@ -287,9 +295,10 @@ def tool(
     return decorate
 
 
-def visible_tools(mcp_on: bool = True) -> list[Tool]:
-    """The tools a principal sees: the same list for every connection, filtered by the deployment's flags,
-    the caretaker's activation and the master switch (while MCP is off, only the tools that say so)."""
+def visible_tools(mcp_on: bool = True, *, read_only: bool = False) -> list[Tool]:
+    """The tools a principal sees, filtered by the deployment's flags, the caretaker's activation, the master
+    switch (while MCP is off, only the tools that say so) and, for a team member whose roster role only reads,
+    to the tools that change nothing."""
     override = settings.FORGE_OVERRIDE_SECURITIES
     caretaker = override and is_caretaker()  # never active without override: no lookup in default deployments
     return [
@@ -298,6 +307,7 @@ def visible_tools(mcp_on: bool = True) -> list[Tool]:
         if (override or Need.OVERRIDE not in t.needs)
         and (caretaker or Need.CARETAKER not in t.needs)
         and (mcp_on or t.when_off)
+        and (t.read_only or not read_only)
     ]
 
 
@@ -327,8 +337,8 @@ def decode_cursor(cursor: Any) -> int:
     return offset
 
 
-def list_page(cursor: Any, *, mcp_on: bool) -> dict[str, Any]:
-    tools = visible_tools(mcp_on)
+def list_page(cursor: Any, *, mcp_on: bool, read_only: bool = False) -> dict[str, Any]:
+    tools = visible_tools(mcp_on, read_only=read_only)
     offset = decode_cursor(cursor)
     size = settings.FORGE_TOOLS_PAGE_SIZE
     page: dict[str, Any] = {"tools": [t.descriptor() for t in tools[offset : offset + size]]}

@@ -12,10 +12,13 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission, User
 from django.db import connection
 
 from access.models import ClientToken
 from access.services import do_create_token
+from caretaker import activation, services
+from caretaker.models import ACCEPTANCE_SENTENCE
 from console.operators import do_create_operator
 from mcp_api.tools import ensure_loaded
 
@@ -152,3 +155,36 @@ def mcp_on(db) -> None:
     from access.services import do_switch_mcp
 
     do_switch_mcp(True, acting_user="tests")
+
+
+# --- the caretaker's team (DESIGN section 10) -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Team:
+    folder: Path
+    caretaker: User
+
+
+@pytest.fixture
+def team(settings, tmp_path, db) -> Team:
+    """Override mode on, the caretaker's folders in this test's tmp_path, and a caretaker user (no CA yet)."""
+    settings.FORGE_OVERRIDE_SECURITIES = True
+    settings.FORGE_CA_DIR = tmp_path / "secrets" / "team-ca"
+    settings.FORGE_TRUST_DIR = tmp_path / "trust"
+    settings.FORGE_ROSTER_DIR = tmp_path / "roster"
+    user = User.objects.create_user("cora", password="cora-password-123", is_staff=True)
+    user.user_permissions.add(
+        Permission.objects.get(codename="act_as_caretaker"),
+        Permission.objects.get(codename="decide_confirmation"),
+    )
+    return Team(tmp_path, User.objects.get(pk=user.pk))
+
+
+@pytest.fixture
+def active(team) -> Team:
+    """The caretaker active: an Ed25519 team CA and the sentence typed."""
+    services.do_create_ca("ed25519", actor="cora")
+    activation.do_activate(team.caretaker, ACCEPTANCE_SENTENCE)
+    assert activation.is_caretaker()
+    return team

@@ -93,3 +93,25 @@ def issue_live(server, folder: Path, name: str, *, role: str = "author", caretak
 def revoke_live(server, name: str, *, reason: str = "key lost", caretaker: str = "live") -> dict:
     out = server.manage("shell", "-c", REVOKE.format(caretaker=caretaker, name=name, reason=reason))
     return json.loads(out.strip().splitlines()[-1])
+
+
+def issue_here(caretaker, folder: Path, name: str, *, role: str = "author") -> Member:
+    """The same as `issue_live`, in this process's database (the caretaker active, e.g. the `active` fixture)."""
+    from caretaker import services
+    from caretaker.models import Peer
+
+    key_path, csr = new_member_key(folder, name)
+    if not Peer.objects.filter(name=name).exists():
+        services.do_create_peer(name, role=role, actor=caretaker.username)
+    proposal = services.propose_issuance(csr, peer_name=name, requested_by=caretaker.username)
+    outcome = services.carry_out_now(proposal, user=caretaker, typed_id=proposal.key_memorable_id)
+    assert outcome.verified, outcome.detail
+    return member_from_result(folder, name, key_path, outcome.settled)
+
+
+def revoke_here(caretaker, name: str, *, reason: str = "key lost") -> None:
+    from caretaker import services
+
+    proposal = services.propose_revocation(name, reason, requested_by=caretaker.username)
+    outcome = services.carry_out_now(proposal, user=caretaker, typed_id=proposal.key_memorable_id)
+    assert outcome.verified, outcome.detail

@@ -1,49 +1,11 @@
-"""A team of the caretaker's own for each test: its CA, roster and trust store in the test's folder, a console
-user who may act as caretaker, and helpers that make real keys and CSRs."""
+"""Helpers that make real keys and CSRs for the caretaker's tests (the `team` and `active` fixtures, a team of
+the caretaker's own for each test, are in tests/conftest.py: the TLS tests of other apps use them too)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-
-import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
-from django.contrib.auth.models import Permission, User
-
-from caretaker import activation, services
-from caretaker.models import ACCEPTANCE_SENTENCE
-
-
-@dataclass(frozen=True)
-class Team:
-    folder: Path
-    caretaker: User
-
-
-@pytest.fixture
-def team(settings, tmp_path, db) -> Team:
-    """Override mode on, the caretaker's folders in this test's tmp_path, and a caretaker user (no CA yet)."""
-    settings.FORGE_OVERRIDE_SECURITIES = True
-    settings.FORGE_CA_DIR = tmp_path / "secrets" / "team-ca"
-    settings.FORGE_TRUST_DIR = tmp_path / "trust"
-    settings.FORGE_ROSTER_DIR = tmp_path / "roster"
-    user = User.objects.create_user("cora", password="cora-password-123", is_staff=True)
-    user.user_permissions.add(
-        Permission.objects.get(codename="act_as_caretaker"),
-        Permission.objects.get(codename="decide_confirmation"),
-    )
-    return Team(tmp_path, User.objects.get(pk=user.pk))
-
-
-@pytest.fixture
-def active(team) -> Team:
-    """The caretaker active: an Ed25519 team CA and the sentence typed."""
-    services.do_create_ca("ed25519", actor="cora")
-    activation.do_activate(team.caretaker, ACCEPTANCE_SENTENCE)
-    assert activation.is_caretaker()
-    return team
 
 
 def new_key(kind: str = "ed25519"):

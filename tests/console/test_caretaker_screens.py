@@ -25,9 +25,7 @@ from caretaker.randomart import key_art
 from confirmations.models import ConfirmationState, PendingConfirmation
 from confirmations.services import do_create_confirmation
 from forge_core.tokens import token_digest
-from tests.caretaker.conftest import active, csr_for, new_key, team
-
-__all__ = ["active", "team"]
+from tests.caretaker.conftest import csr_for, new_key
 
 pytestmark = pytest.mark.django_db
 

@@ -136,11 +136,20 @@ class Response:
 
 
 async def send(
-    method: str, path: str, *, headers: list[tuple[bytes, bytes]], body: bytes | dict | list = b""
+    method: str,
+    path: str,
+    *,
+    headers: list[tuple[bytes, bytes]],
+    body: bytes | dict | list = b"",
+    extensions: dict[str, Any] | None = None,
 ) -> Response:
-    """One HTTP exchange with the application, read to the end of its body."""
+    """One HTTP exchange with the application, read to the end of its body; `extensions` is the scope's, as a
+    server sets it (the TLS listener's `tls` entry)."""
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
     communicator = HttpCommunicator(application, method, path, body=raw, headers=headers)
+    if extensions is not None:
+        # The application has not run yet: it reads this scope (the same dict) when the loop first gets to it.
+        communicator.scope["extensions"] = extensions
     response = await communicator.get_response(timeout=TIMEOUT)
     await communicator.wait(TIMEOUT)
     return Response(
@@ -150,8 +159,21 @@ async def send(
     )
 
 
-async def post(token: str | None, message: Any, *, session_id: str | None = None, **header_options: Any) -> Response:
-    return await send("POST", "/mcp", headers=mcp_headers(token, session_id=session_id, **header_options), body=message)
+async def post(
+    token: str | None,
+    message: Any,
+    *,
+    session_id: str | None = None,
+    extensions: dict[str, Any] | None = None,
+    **header_options: Any,
+) -> Response:
+    return await send(
+        "POST",
+        "/mcp",
+        headers=mcp_headers(token, session_id=session_id, **header_options),
+        body=message,
+        extensions=extensions,
+    )
 
 
 async def open_session(token: str, protocol_version: str = LATEST_HANDSHAKE) -> str:
