@@ -26,6 +26,7 @@ from typing import Any
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from django.conf import settings
 
@@ -150,10 +151,14 @@ def _kept(folder: Path, wanted: dict[str, Any]) -> ServerCertificate | None:
     try:
         made_for = json.loads((folder / "server.json").read_text())
         certificate = x509.load_pem_x509_certificate((folder / "server.crt").read_bytes())
-        (folder / "server.key").stat()
-    except (OSError, ValueError):
+        key = serialization.load_pem_private_key((folder / "server.key").read_bytes(), password=None)
+    except (OSError, ValueError, TypeError):
         return None
     if made_for != wanted or certificate.not_valid_after_utc <= datetime.now(UTC) + timedelta(days=30):
+        return None
+    # A start killed between writing a new key and its certificate leaves a key the old certificate does not
+    # hold; serving that pair would fail in OpenSSL, so it is made again instead.
+    if not _same_key(key, certificate):
         return None
     return ServerCertificate(folder / "server.crt", folder / "server.key", certificate, generated=True)
 
@@ -217,6 +222,14 @@ def _replace(path: Path, content: bytes, mode: int) -> None:
         temporary.unlink(missing_ok=True)
 
 
+def _same_key(key: PrivateKeyTypes, certificate: x509.Certificate) -> bool:
+    public = serialization.PublicFormat.SubjectPublicKeyInfo
+    return bool(
+        key.public_key().public_bytes(serialization.Encoding.DER, public)
+        == certificate.public_key().public_bytes(serialization.Encoding.DER, public)
+    )
+
+
 def _operator_certificate(cert_file: str, key_file: str) -> ServerCertificate:
     if not (cert_file and key_file):
         raise TlsSetupError(
@@ -235,11 +248,11 @@ def _operator_certificate(cert_file: str, key_file: str) -> ServerCertificate:
         raise TlsSetupError(
             f"FORGE_TLS_CERT must be a PEM certificate and FORGE_TLS_KEY an unencrypted PEM private key ({exc})."
         ) from None
-    public = serialization.PublicFormat.SubjectPublicKeyInfo
-    if key.public_key().public_bytes(serialization.Encoding.DER, public) != certificate.public_key().public_bytes(
-        serialization.Encoding.DER, public
-    ):
+    if not _same_key(key, certificate):
         raise TlsSetupError(f"The key in {key_path} is not the key of the certificate in {cert_path}; give the pair.")
     if certificate.not_valid_after_utc <= datetime.now(UTC):
-        raise TlsSetupError(f"The certificate in {cert_path} expired on {certificate.not_valid_after_utc:%Y-%m-%d}.")
+        raise TlsSetupError(
+            f"The certificate in {cert_path} expired on {certificate.not_valid_after_utc:%Y-%m-%d}; renew it, or unset "
+            "FORGE_TLS_CERT and FORGE_TLS_KEY to have Forge make its own certificate."
+        )
     return ServerCertificate(cert_path, key_path, certificate, generated=False)
