@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -128,24 +129,29 @@ async def streamable_client(
     token: str | None = None,
     responses: list[httpx2.Response] | None = None,
     transport: httpx2.AsyncBaseTransport | None = None,
+    tls: ssl.SSLContext | None = None,
     **client_options: Any,
 ) -> AsyncIterator[Client]:
     """The SDK client over Streamable HTTP; every HTTP response it gets is appended to `responses`;
-    `client_options` go to `mcp.client.Client` (e.g. message_handler)."""
+    `client_options` go to `mcp.client.Client` (e.g. message_handler). With `tls` (a client context, holding the
+    member's certificate for mTLS) it speaks HTTPS to the server's TLS port, and sends a token only if given one."""
 
     async def note(response: httpx2.Response) -> None:
         if responses is not None:
             responses.append(response)
 
+    credential = bearer(token) if token else {} if tls is not None else bearer(server.token)
     http = httpx2.AsyncClient(
-        headers=bearer(token or server.token),
+        headers=credential,
         timeout=SDK_TIMEOUT,
         event_hooks={"response": [note]},
         transport=transport,
+        verify=tls if tls is not None else True,
     )
+    url = f"{server.tls_base}/mcp" if tls is not None else server.mcp_url
     async with (
         http,
-        Client(streamable_http_client(server.mcp_url, http_client=http), mode=mode, **client_options) as client,
+        Client(streamable_http_client(url, http_client=http), mode=mode, **client_options) as client,
     ):
         yield client
 

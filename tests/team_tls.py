@@ -5,6 +5,7 @@ presents (key and certificate PEM) are written where a test can hand them to cur
 from __future__ import annotations
 
 import json
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,7 @@ print("active" if activation.is_caretaker() else "inactive: " + " ".join(activat
 
 ISSUE = """
 import json
+import ssl
 from django.contrib.auth.models import User
 from caretaker import services
 from caretaker.models import Peer
@@ -41,6 +43,7 @@ print(json.dumps(outcome.settled))
 
 REVOKE = """
 import json
+import ssl
 from django.contrib.auth.models import User
 from caretaker import services
 user = User.objects.get(username={caretaker!r})
@@ -48,6 +51,14 @@ proposal = services.propose_revocation({name!r}, {reason!r}, requested_by=user.u
 outcome = services.carry_out_now(proposal, user=user, typed_id=proposal.key_memorable_id)
 print(json.dumps(outcome.settled))
 """
+
+
+def client_context(member: Member | None, server_cert: Path) -> ssl.SSLContext:
+    """A client's TLS context: the server checked against its certificate, `member`'s certificate presented."""
+    context = ssl.create_default_context(cafile=str(server_cert))
+    if member is not None:
+        context.load_cert_chain(str(member.cert_path), str(member.key_path))
+    return context
 
 
 @dataclass(frozen=True)
@@ -59,6 +70,7 @@ class Member:
     cert_path: Path
     serial: str
     fingerprint_sha256: str
+    memorable_id: str  # of the certified key: what a caretaker types to approve its revocation
 
     @property
     def cert_pem(self) -> str:
@@ -80,7 +92,7 @@ def new_member_key(folder: Path, name: str) -> tuple[Path, str]:
 def member_from_result(folder: Path, name: str, key_path: Path, result: dict) -> Member:
     cert_path = folder / f"{name.replace('@', '_')}.crt"
     cert_path.write_text(result["certificate"])
-    return Member(name, key_path, cert_path, result["serial"], result["fingerprint_sha256"])
+    return Member(name, key_path, cert_path, result["serial"], result["fingerprint_sha256"], result["memorable_id"])
 
 
 def issue_live(server, folder: Path, name: str, *, role: str = "author", caretaker: str = "live") -> Member:

@@ -26,24 +26,13 @@ from caretaker import roster
 from caretaker.randomart import key_art
 from tests.caretaker.conftest import csr_for, new_key
 from tests.live import ROOT, LiveServer, manage, prepare, run_server, scratch_database, streamable_client
+from tests.team_tls import SWITCH_ON
 
 pytestmark = [pytest.mark.live, pytest.mark.anyio]
 
 BOUND = 60
 PEER = "alice@team"
 ROTATE_PREFIX = b"forge-rotate-cert:"
-
-SWITCH_ON = """
-from django.contrib.auth.models import Permission, User
-from caretaker import activation, services
-from caretaker.models import ACCEPTANCE_SENTENCE
-user = User.objects.get(username="live")
-user.user_permissions.add(Permission.objects.get(codename="act_as_caretaker"))
-user = User.objects.get(pk=user.pk)
-services.do_create_ca("ed25519", actor="live")
-activation.do_activate(user, ACCEPTANCE_SENTENCE)
-print("active" if activation.is_caretaker() else "inactive: " + " ".join(activation.missing()))
-"""
 
 ENROLL = """
 from caretaker import services
