@@ -18,7 +18,7 @@ import anyio
 import httpx
 import pytest
 
-from caretaker import ca
+from caretaker import ca, store
 from tests.live import (
     ACCEPT_BOTH,
     INITIALIZE,
@@ -181,6 +181,22 @@ def test_a_revoked_certificate_is_refused_as_revoked_and_listed_in_the_crl(mtls_
     assert_refused(post_initialize(mtls_server, dave, **bearer(mtls_server.token)), "revoked")
     crl = httpx.get(f"{mtls_server.base}/crl.pem", timeout=10)
     assert int(dave.serial, 16) in {entry.serial_number for entry in ca.x509.load_pem_x509_crl(crl.content)}
+
+
+def test_a_certificate_listed_only_in_the_team_ca_s_crl_is_refused_as_revoked_crl(mtls_server, tmp_path):
+    gina = issue_live(mtls_server, tmp_path, "gina@team")
+    assert post_initialize(mtls_server, gina).status_code == 200
+    # The CA revoked it and published a CRL saying so, before any roster listed the revocation.
+    team_ca = ca.load_ca(mtls_server.data_dir / "secrets" / "team-ca")
+    roster_dir = mtls_server.data_dir / "roster"
+    current = store.read_published(roster_dir)
+    now = datetime.now(UTC)
+    crl = ca.sign_crl(
+        team_ca, [(int(gina.serial, 16), now)], this_update=now, next_update=now + timedelta(days=7), crl_number=9999
+    )
+    store.publish(roster_dir, store.Published(current.peers_toml, current.revoked_toml, crl), sequence=9999)
+
+    assert_refused(post_initialize(mtls_server, gina), "revoked_crl")
 
 
 # --- revocation closes open streams ---------------------------------------------------------------------
