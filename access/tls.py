@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
@@ -201,6 +202,7 @@ def _make(folder: Path, wanted: dict[str, Any]) -> ServerCertificate:
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    folder.chmod(0o700)  # a folder made looser by hand holds the key: tighten it before writing one into it
     # The key first, the record last: a start killed in between finds no matching record and makes them again.
     _replace(folder / "server.key", key_pem, 0o600)
     _replace(folder / "server.crt", certificate.public_bytes(serialization.Encoding.PEM), 0o644)
@@ -244,7 +246,7 @@ def _operator_certificate(cert_file: str, key_file: str) -> ServerCertificate:
         raise TlsSetupError(
             f"Cannot read {exc.filename} ({exc.strerror}); check FORGE_TLS_CERT and FORGE_TLS_KEY."
         ) from None
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
         raise TlsSetupError(
             f"FORGE_TLS_CERT must be a PEM certificate and FORGE_TLS_KEY an unencrypted PEM private key ({exc})."
         ) from None

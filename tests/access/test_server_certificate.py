@@ -351,3 +351,14 @@ def test_describe_carries_the_memorable_id_randomart_and_fingerprints(p256_setti
     assert described["generated"] is True
     assert sorted(described["names"]) == sorted(LOOPBACK)
     assert described["not_after"] == made.certificate.not_valid_after_utc.isoformat()
+
+
+def test_a_looser_tls_folder_is_made_private_before_a_key_is_written_into_it(p256_settings):
+    folder = tls_folder(p256_settings)
+    folder.mkdir(parents=True)
+    folder.chmod(0o755)
+
+    server_certificate("127.0.0.1")
+
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert stat.S_IMODE((folder / "server.key").stat().st_mode) == 0o600
