@@ -8,27 +8,37 @@ of a pending confirmation that write tools give their clients (`/console/confirm
 working-draft screens (`console.draft_screens`, under `/console/drafts/`) and the caretaker's
 (`console.caretaker_screens`, under `/console/caretaker/`). The client
 configurations here are also what `demo_setup` prints, there with the demo token filled in.
+
+When this process serves HTTPS (`runmcp --tls-port`), the dashboard also shows the server certificate's
+fingerprint art (what a member compares with what a client shows before trusting it) and the configurations
+of a team member who presents the certificate the caretaker issued instead of a token: curl, the official
+Python SDK and Claude Code through `mcp_stdio`, with placeholders for the member's files.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import shlex
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect, HttpResponseRedirect
+from django.http.request import split_domain_port
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, URLResolver, path, re_path, reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from access import tls
 from access.hotpath import mcp_enabled
 from access.models import AccessRequest, AccessState, McpSession, ServerState, Transport
 from access.services import do_switch_mcp
+from caretaker import trust
 from caretaker.activation import may_act
 from caretaker.models import Peer
 from confirmations.console import confirmation_link
@@ -66,6 +76,74 @@ def client_configurations(url: str, sse_url: str, token: str) -> dict[str, objec
 
 
 @dataclass(frozen=True)
+class MemberFiles:
+    """Where a team member keeps the files a mutual-TLS client needs (PEM): the certificate the caretaker
+    issued, its private key, and the server's certificate (or the CA bundle that issued it) to check it by."""
+
+    cert: str = "~/.config/forge/alice.crt"
+    key: str = "~/.config/forge/alice.key"
+    ca: str = "~/.config/forge/forge-server.crt"
+
+
+# The certificate is the credential: no token in these. The placeholders name a member's files, never a secret.
+PLACEHOLDER_FILES = MemberFiles()
+
+CURL_INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "curl", "version": "1"}},
+}
+
+PYTHON_SDK_CLIENT = """import asyncio
+import ssl
+from pathlib import Path
+
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+tls = ssl.create_default_context(cafile=Path({ca}).expanduser())
+tls.load_cert_chain(Path({cert}).expanduser(), Path({key}).expanduser())
+
+
+async def main() -> None:
+    async with httpx2.AsyncClient(verify=tls) as http:
+        async with Client(streamable_http_client({url}, http_client=http)) as client:
+            print((await client.call_tool("session.status", {{}})).structured_content)
+
+
+asyncio.run(main())
+"""
+
+
+def mtls_configurations(url: str, files: MemberFiles = PLACEHOLDER_FILES) -> dict[str, str]:
+    """A team member's configurations over HTTPS with the certificate the caretaker issued (no token), keyed by
+    client like `client_configurations`: curl, the official Python SDK, and Claude Code through `mcp_stdio`."""
+    cert, key, ca = (_shell_path(path) for path in (files.cert, files.key, files.ca))
+    return {
+        "mtls_curl": f"curl --cert {cert} --key {key} --cacert {ca} \\\n"
+        "  -H 'Accept: application/json, text/event-stream' -H 'Content-Type: application/json' \\\n"
+        f"  -d {shlex.quote(json.dumps(CURL_INITIALIZE, separators=(',', ':')))} \\\n"
+        f"  {shlex.quote(url)}",
+        "mtls_python_sdk": PYTHON_SDK_CLIENT.format(
+            url=json.dumps(url), cert=json.dumps(files.cert), key=json.dumps(files.key), ca=json.dumps(files.ca)
+        ).strip(),
+        # Claude Code starts the stdio bridge of a Forge checkout on the member's machine; the bridge presents
+        # the certificate (Claude Code's own HTTP transport has no client certificates).
+        "mtls_claude_code": f"claude mcp add forge -- python /path/to/forge-mcp/manage.py mcp_stdio --url {shlex.quote(url)} "
+        f"--cert {cert} --key {key} --ca {ca}",
+    }
+
+
+def _shell_path(path: str) -> str:
+    # A leading ~/ stays unquoted so the shell expands it; the rest is quoted as a shell word.
+    if path.startswith("~/"):
+        return "~/" + shlex.quote(path[2:])
+    return shlex.quote(path)
+
+
+@dataclass(frozen=True)
 class ClientConfiguration:
     key: str
     client: str
@@ -81,6 +159,13 @@ SHOWN_CONFIGURATIONS = [
     ("inspector", "MCP Inspector", "a terminal (lists the tools)"),
 ]
 
+# The same for a team member with a certificate, shown while this process serves HTTPS.
+SHOWN_MTLS_CONFIGURATIONS = [
+    ("mtls_curl", "curl", "a terminal (opens a session)"),
+    ("mtls_python_sdk", "Python SDK (mcp)", "a Python script"),
+    ("mtls_claude_code", "Claude Code", "a terminal, on a machine with a Forge checkout (runs mcp_stdio)"),
+]
+
 
 def shown_configurations(request: HttpRequest) -> list[ClientConfiguration]:
     """The configurations filled with the address the operator reached the console at. Raw tokens are
@@ -88,12 +173,47 @@ def shown_configurations(request: HttpRequest) -> list[ClientConfiguration]:
     configurations = client_configurations(
         request.build_absolute_uri("/mcp"), request.build_absolute_uri("/sse"), TOKEN_PLACEHOLDER
     )
+    return _shown(configurations, SHOWN_CONFIGURATIONS)
+
+
+def _shown(configurations: dict[str, Any], which: list[tuple[str, str, str]]) -> list[ClientConfiguration]:
     shown = []
-    for key, client, where in SHOWN_CONFIGURATIONS:
+    for key, client, where in which:
         value = configurations[key]
         text = value if isinstance(value, str) else json.dumps(value, indent=2)
         shown.append(ClientConfiguration(key=key, client=client, where=where, text=text))
     return shown
+
+
+@dataclass(frozen=True)
+class ServedTls:
+    """This process's HTTPS listener as the dashboard shows it: the address a member connects to, the server
+    certificate's description (`access.tls.served`), and whether members may present a certificate."""
+
+    mcp_url: str
+    port: int
+    certificate: dict[str, Any]
+    expires_at: datetime
+    mutual: bool
+    configurations: list[ClientConfiguration]
+
+
+def served_tls(request: HttpRequest) -> ServedTls | None:
+    """None unless this process serves HTTPS; the address is the host the operator reached the console at, on
+    the TLS port."""
+    served = tls.served()
+    if served is None:
+        return None
+    host, _ = split_domain_port(request.get_host())
+    url = f"https://{host}:{served['port']}/mcp"
+    return ServedTls(
+        mcp_url=url,
+        port=served["port"],
+        certificate=served["certificate"],
+        expires_at=datetime.fromisoformat(served["certificate"]["not_after"]),
+        mutual=bool(trust.trusted()),
+        configurations=_shown(mtls_configurations(url), SHOWN_MTLS_CONFIGURATIONS),
+    )
 
 
 @dataclass(frozen=True)
@@ -145,6 +265,8 @@ class Dashboard:
     drafts_waiting: int | None = None
     # Certificates that expire soon, for a user who may act as the team's caretaker (None for anyone else).
     expiring_certificates: list[Peer] | None = None
+    # The HTTPS listener and the mutual-TLS configurations, None while this process serves no TLS.
+    tls: ServedTls | None = None
 
     @property
     def shows_waiting_items(self) -> bool:
@@ -180,6 +302,7 @@ def dashboard(request: HttpRequest) -> Dashboard:
         ),
         drafts_waiting=waiting(user).count() if user.has_perm("projects.view_project") else None,
         expiring_certificates=expiring_certificates() if may_act(user) else None,
+        tls=served_tls(request),
     )
 
 

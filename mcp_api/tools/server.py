@@ -7,7 +7,7 @@ from typing import Any
 from django.conf import settings
 from pydantic import Field
 
-from access import grants, hotpath
+from access import grants, hotpath, tls
 from access.models import Transport
 from caretaker import trust
 from mcp_api import registry
@@ -19,7 +19,14 @@ from mcp_api.revisions import ALL_REVISIONS
 @tool("server_info", title="Server information", when_off=True)
 def server_info(ctx: CallContext, args: NoArguments) -> dict[str, Any]:
     """What this Forge MCP server is: its version, the MCP revisions and transports it speaks, whether
-    the deployment runs in override mode, and the team certificate authorities it trusts."""
+    the deployment runs in override mode, and the team certificate authorities it trusts.
+
+    `tls` is null unless this process serves HTTPS; then it gives the port and the server certificate: its
+    SHA-256 fingerprint, memorable ID and randomart (compare them with what your client shows before you trust
+    the certificate), names and expiry. `mtls` says whether a team member may present the certificate the
+    caretaker issued instead of a token: HTTPS is served and the trust store holds a CA."""
+    cas = trust.trusted()
+    served = tls.served()
     return {
         "name": SERVER_NAME,
         "version": SERVER_VERSION,
@@ -27,8 +34,10 @@ def server_info(ctx: CallContext, args: NoArguments) -> dict[str, Any]:
         "transports": {"streamable_http": "/mcp", "legacy_sse": "/sse", "stdio": "python manage.py mcp_stdio"},
         "override_securities": settings.FORGE_OVERRIDE_SECURITIES,
         "mcp_enabled": hotpath.mcp_enabled(),
-        "trust_store_cas": [entry.describe() for entry in trust.trusted()],
+        "trust_store_cas": [entry.describe() for entry in cas],
         "caretaker": {"active": registry.is_caretaker()},
+        "tls": served,
+        "mtls": served is not None and bool(cas),
     }
 
 

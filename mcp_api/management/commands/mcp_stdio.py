@@ -7,6 +7,12 @@ the server gave, relays the session's GET stream (server notifications) to stdou
 when stdin closes. The running server stays the single writer and does all checks; this bridge holds
 no state but the session id. The token comes from `--token-file` or FORGE_MCP_TOKEN, never the command
 line (other users can read a process's arguments).
+
+Over HTTPS (`--url https://...`) the bridge checks the server against `--ca` (the server's own certificate, which
+the console's dashboard and `server_info` describe, or a CA bundle; the system's CAs without it). A team member
+presents the certificate the caretaker issued with `--cert` and `--key` (PEM files): the server then knows the
+member as `peer:NAME` from the certificate alone, and no token is needed. The files are checked before anything
+is sent (readable, PEM, the key the certificate's, not expired), so a mistake is one line, not a traceback.
 """
 
 from __future__ import annotations
@@ -14,21 +20,30 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import ssl
 import sys
 import threading
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
 import httpx
+from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives import serialization
 from django.core.management.base import BaseCommand, CommandError
 
 ACCEPT = "application/json, text/event-stream"
 
 
 class Bridge:
-    def __init__(self, url: str, token: str, out: IO[str]) -> None:
+    def __init__(self, url: str, token: str, out: IO[str], tls: ssl.SSLContext | None = None) -> None:
         self.url = url
-        self.http = httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=httpx.Timeout(30.0, read=None))
+        self.http = httpx.Client(
+            headers={"Authorization": f"Bearer {token}"} if token else {},
+            timeout=httpx.Timeout(30.0, read=None),
+            verify=tls if tls is not None else True,
+        )
         self.out = out
         self.lock = threading.Lock()
         self.session_id: str | None = None
@@ -135,23 +150,116 @@ def _json_or_none(text: str) -> Any:
         return None
 
 
+def tls_context(url: str, cert: Path | None, key: Path | None, ca: Path | None) -> ssl.SSLContext | None:
+    """The TLS settings of the bridge's client: the server checked against `ca` (else the system's CAs), the
+    member's certificate and key presented; None when none of them is given. Raises CommandError saying which
+    file is wrong and how."""
+    if cert is None and key is None and ca is None:
+        return None
+    if not url.lower().startswith("https://"):
+        raise CommandError("--cert, --key and --ca are for an https:// URL; give the server's HTTPS address.")
+    if (cert is None) != (key is None):
+        raise CommandError("--cert and --key go together: the certificate the caretaker issued and its private key.")
+    context = ssl.create_default_context()
+    if ca is not None:
+        authorities = _pem_file(ca, "--ca")
+        try:
+            x509.load_pem_x509_certificates(authorities)
+            context = ssl.create_default_context(cadata=authorities.decode("ascii"))
+        except (ValueError, ssl.SSLError):
+            raise CommandError(
+                f"--ca {ca} holds no PEM certificate; give the server's certificate or a CA bundle (PEM)."
+            ) from None
+    if cert is not None and key is not None:
+        certificate = _client_certificate(cert, key)
+        if certificate.not_valid_after_utc <= datetime.now(UTC):
+            raise CommandError(
+                f"the certificate in {cert} expired on {certificate.not_valid_after_utc:%Y-%m-%d}; "
+                "ask the caretaker for a new one."
+            )
+        try:
+            context.load_cert_chain(cert, key)
+        except ssl.SSLError as exc:
+            raise CommandError(f"--cert {cert} with --key {key} cannot be used: {exc.reason or exc}.") from None
+    return context
+
+
+def _client_certificate(cert: Path, key: Path) -> x509.Certificate:
+    try:
+        certificate = x509.load_pem_x509_certificate(_pem_file(cert, "--cert"))
+    except ValueError:
+        raise CommandError(f"--cert {cert} is not a PEM certificate.") from None
+    try:
+        private_key = serialization.load_pem_private_key(_pem_file(key, "--key"), password=None)
+    except TypeError:
+        raise CommandError(f"--key {key} is encrypted; give the key without a passphrase.") from None
+    except (ValueError, UnsupportedAlgorithm):
+        raise CommandError(f"--key {key} is not a PEM private key.") from None
+    public = serialization.PublicFormat.SubjectPublicKeyInfo
+    if private_key.public_key().public_bytes(
+        serialization.Encoding.DER, public
+    ) != certificate.public_key().public_bytes(serialization.Encoding.DER, public):
+        raise CommandError(f"--key {key} is not the key of the certificate in --cert {cert}; give the pair.")
+    return certificate
+
+
+def _pem_file(path: Path, option: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise CommandError(f"cannot read {option} {path}: {exc.strerror}") from None
+
+
+def unreachable(url: str, exc: httpx.HTTPError) -> str:
+    """What the client is told when a request did not reach the server, TLS failures named as such."""
+    reason: BaseException | None = exc
+    while reason is not None and not isinstance(reason, ssl.SSLError):
+        reason = reason.__cause__ or reason.__context__  # httpx wraps httpcore's error, which wraps ssl's
+    if isinstance(reason, ssl.SSLCertVerificationError):
+        return (
+            f"The Forge server at {url} failed the certificate check ({reason.verify_message}): "
+            "give its certificate with --ca, and check its fingerprint against the console's dashboard."
+        )
+    if isinstance(reason, ssl.SSLError):
+        return f"The TLS handshake with the Forge server at {url} failed ({reason.reason or reason})."
+    return f"The Forge server at {url} cannot be reached ({type(exc).__name__}); is it running?"
+
+
 class Command(BaseCommand):
     help = "Serve MCP over stdio by relaying to a running Forge server's Streamable HTTP endpoint."
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--url", default="http://127.0.0.1:8000/mcp", help="the server's /mcp URL")
         parser.add_argument("--token-file", type=Path, default=None, help="a file holding the client token")
+        parser.add_argument("--cert", type=Path, default=None, help="your team certificate (PEM), for HTTPS")
+        parser.add_argument("--key", type=Path, default=None, help="the private key of --cert (PEM, unencrypted)")
+        parser.add_argument(
+            "--ca", type=Path, default=None, help="the server's certificate or a CA bundle (PEM) to check it against"
+        )
 
-    def handle(self, *args, url: str, token_file: Path | None, **options) -> None:
+    def handle(
+        self,
+        *args,
+        url: str,
+        token_file: Path | None,
+        cert: Path | None,
+        key: Path | None,
+        ca: Path | None,
+        **options,
+    ) -> None:
         token = os.environ.get("FORGE_MCP_TOKEN", "")
         if token_file is not None:
             try:
                 token = token_file.read_text().strip()
             except OSError as exc:
                 raise CommandError(f"cannot read {token_file}: {exc.strerror}") from None
-        if not token:
-            raise CommandError("Give the client token with --token-file F or the FORGE_MCP_TOKEN variable.")
-        bridge = Bridge(url, token, sys.stdout)
+        tls = tls_context(url, cert, key, ca)
+        if not token and cert is None:
+            raise CommandError(
+                "Give the client token with --token-file F or the FORGE_MCP_TOKEN variable "
+                "(or, over HTTPS, your team certificate with --cert and --key)."
+            )
+        bridge = Bridge(url, token, sys.stdout, tls)
         try:
             # Lines are relayed as the bytes they are: the server screens them (a line that is not UTF-8, or
             # carries a lone surrogate, is its refusal to give, not a crash of this bridge).
@@ -166,7 +274,7 @@ class Command(BaseCommand):
                                 "id": None,
                                 "error": {
                                     "code": -32603,
-                                    "message": f"The Forge server at {url} cannot be reached ({type(exc).__name__}); is it running?",
+                                    "message": unreachable(url, exc),
                                 },
                             }
                         )
