@@ -73,6 +73,7 @@ class ServerCertificate:
             "fingerprint_sha256": cert_fingerprint(self.certificate),
             "not_after": self.certificate.not_valid_after_utc.isoformat(),
             "generated": self.generated,
+            "certificate": self.certificate.public_bytes(serialization.Encoding.PEM).decode("ascii"),
             **art.as_dict(),
         }
 
@@ -82,7 +83,6 @@ class _Serving:
 
     port: int | None = None
     certificate: ServerCertificate | None = None
-    mutual: bool = False
 
 
 def mark_serving(port: int, certificate: ServerCertificate) -> None:

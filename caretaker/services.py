@@ -708,25 +708,42 @@ def expiring_soon(days: int = 14) -> list[Peer]:
     return list(Peer.objects.filter(state=PeerState.ACTIVE, expires_at__lte=horizon).order_by("expires_at"))
 
 
-def export_setup(*, public_url: str = "") -> dict[str, Any]:
-    """What a member needs to join: the CA certificate, the signed roster files, the CRL and client snippets."""
+def export_setup(*, public_url: str = "", server_tls: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a member needs to join: the CA certificate, the signed roster files, the CRL, the certificate of this
+    server's HTTPS listener when it serves one (`server_tls`: its port and certificate as the edge describes
+    them), and client snippets."""
     activation.require_caretaker("Exporting the team setup")
     published = store.read_published(settings.FORGE_ROSTER_DIR)
     description = ca_description() or {}
+    served = (server_tls or {}).get("certificate") or {}
     # The snippets name this server by FORGE_PUBLIC_URL; without it they say where to put the address.
-    url = public_url.rstrip("/") or "https://SERVER:PORT"
+    url = public_url.rstrip("/") or (f"https://SERVER:{server_tls['port']}" if server_tls else "https://SERVER:PORT")
+    files = (
+        "Save ca_certificate as team-ca.pem (it checks the roster), server_certificate as forge-server.crt (it checks "
+        "this server: compare server_memorable_id with its operator), your certificate as client.crt and your key "
+        "as client.key."
+        if served
+        else "Save ca_certificate as team-ca.pem, your certificate as client.crt and your key as client.key. This "
+        "server serves no HTTPS yet (runmcp --tls-port): ask its operator for its certificate, as forge-server.crt."
+    )
     return {
         "ca_certificate": description.get("certificate", ""),
         "ca_fingerprint_sha256": description.get("fingerprint_sha256", ""),
         "ca_memorable_id": description.get("memorable_id", ""),
         "ca_randomart": description.get("randomart", ""),
+        "server_certificate": served.get("certificate", ""),
+        "server_fingerprint_sha256": served.get("fingerprint_sha256", ""),
+        "server_memorable_id": served.get("memorable_id", ""),
         "peers_toml": published.peers_toml.decode(),
         "revoked_toml": published.revoked_toml.decode(),
         "crl_pem": published.crl_pem.decode(),
         "client_configuration": {
-            "files": "Save ca_certificate as team-ca.pem, your certificate as client.crt and your key as client.key.",
-            "curl": f"curl --cacert team-ca.pem --cert client.crt --key client.key {url}/healthz",
-            "python_httpx": f"httpx.Client(verify='team-ca.pem', cert=('client.crt', 'client.key')).get('{url}/healthz')",
+            "files": files,
+            "curl": "curl --cert client.crt --key client.key --cacert forge-server.crt -H 'Accept: application/json, "
+            "text/event-stream' -H 'Content-Type: application/json' "
+            f"""-d '{{"jsonrpc":"2.0","id":1,"method":"ping"}}' {url}/mcp""",
+            "mcp_stdio": f"python manage.py mcp_stdio --url {url}/mcp --cert client.crt --key client.key "
+            "--ca forge-server.crt",
             "verify_roster": "python manage.py roster_verify --trust team-ca.pem peers.toml revoked.toml",
             "server_url": public_url.rstrip("/") or "FORGE_PUBLIC_URL is not set on the server: use its address",
         },

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import Field
 
-from access import limits
+from access import limits, tls
 from caretaker import services
 from caretaker.capability import RosterCapability
 from confirmations.services import do_create_confirmation
@@ -157,7 +157,8 @@ def team_rotate_cert(ctx: CallContext, args: RotateArguments) -> dict[str, Any]:
 @tool("team.export_setup", title="Export the team setup", needs=CARETAKER_NEEDS)
 def team_export_setup(ctx: CallContext, args: NoArguments) -> dict[str, Any]:
     """Everything a member needs to join, as one document: the team CA certificate with its fingerprint art,
-    the current signed peers.toml and revoked.toml, the CRL, and client configuration snippets."""
+    the current signed peers.toml and revoked.toml, the CRL, this server's HTTPS certificate when it serves
+    one, and client configuration snippets for a team certificate."""
     from django.conf import settings
 
-    return services.export_setup(public_url=settings.FORGE_PUBLIC_URL)
+    return services.export_setup(public_url=settings.FORGE_PUBLIC_URL, server_tls=tls.served())

@@ -56,6 +56,7 @@ async def test_server_info_gives_the_served_certificates_port_and_fingerprint_ar
         "fingerprint_sha256": cert_fingerprint(certificate.certificate),
         "not_after": certificate.certificate.not_valid_after_utc.isoformat(),
         "generated": True,
+        "certificate": certificate.cert_path.read_text(),
         "key_type": "ECDSA",
         "bits": 256,
         "fingerprint": art.fingerprint,

@@ -38,6 +38,7 @@ from tests.mcp_api.helpers import (
     stateless_headers,
     stateless_rpc,
 )
+from tests.serving_tls import serving_tls
 
 pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("mcp_on")]
 
@@ -479,3 +480,18 @@ async def test_server_info_lists_the_trusted_ca_with_its_memorable_id_and_random
     assert entry["fingerprint_sha256"] == ca.cert_fingerprint(certificate)
     assert (entry["memorable_id"], entry["randomart"]) == (art.memorable_id, art.randomart)
     assert entry["randomart"].splitlines()[0].startswith("+--[ED25519 256]")
+
+
+async def test_export_setup_gives_the_https_certificate_to_check_the_server_by_while_tls_is_served(
+    cast, active, tmp_path
+):
+    without, _ = structured(await call(cast.operator.raw_token, "team.export_setup", {}))
+    with serving_tls(tmp_path / "server-secrets", port=8443) as certificate:
+        served, _ = structured(await call(cast.operator.raw_token, "team.export_setup", {}))
+
+    assert without["server_certificate"] == ""
+    assert "serves no HTTPS yet" in without["client_configuration"]["files"]
+    assert served["server_certificate"] == certificate.cert_path.read_text()
+    assert served["server_memorable_id"] == key_art(certificate.certificate).memorable_id
+    assert "--cacert forge-server.crt" in served["client_configuration"]["curl"]
+    assert "https://SERVER:8443/mcp" in served["client_configuration"]["mcp_stdio"]
