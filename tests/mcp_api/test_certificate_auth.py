@@ -18,7 +18,13 @@ from tests.team_tls import Member, issue_here, revoke_here
 
 pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
 
-FORGED_HEADERS = ("x-client-cert", "ssl-client-cert", "x-ssl-client-cert", "x-forwarded-client-cert", "x-tls-client-cert")
+FORGED_HEADERS = (
+    "x-client-cert",
+    "ssl-client-cert",
+    "x-ssl-client-cert",
+    "x-forwarded-client-cert",
+    "x-tls-client-cert",
+)
 
 
 @pytest.fixture
