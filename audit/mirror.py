@@ -20,7 +20,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 TAIL_CHUNK = 4096  # a line is ~0.5 KB: the last committed one is almost always in the first read
@@ -38,12 +38,13 @@ class Mirror:
     def append(
         self,
         seq: int,
-        line: str,
+        new_lines: Sequence[str],
         prev_mac: str,
         missing: Callable[[int, int], list[str]],
         kept_size: Callable[[], int],
     ) -> None:
-        """Write the line of event `seq`, whose previous event's MAC is `prev_mac`.
+        """Write the lines of events `seq`, `seq + 1`, ... (one fsync for all), the previous event's MAC being
+        `prev_mac`.
 
         `missing(first, last)` gives committed lines the file lacks; `kept_size()` the size the checkpoint
         kept beside the mirror saw, read only when lines lie past the database's end.
@@ -57,7 +58,7 @@ class Mirror:
             fcntl.flock(fd, fcntl.LOCK_EX)
             size = os.fstat(fd).st_size
             end, last = self._tail(fd, size, seq - 1)
-            lines = [*missing(last + 1, seq - 1), line] if last < seq - 1 else [line]
+            lines = [*missing(last + 1, seq - 1), *new_lines] if last < seq - 1 else list(new_lines)
             data = "".join(item + "\n" for item in lines).encode()
             if end > size:  # the last line lacks its newline (a crash mid-write): complete it
                 data = b"\n" + data

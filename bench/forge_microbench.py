@@ -193,13 +193,16 @@ def run(n: int) -> None:
             return cursor.fetchone()
 
     def tool_call_no_auth() -> object:
-        return answer_request(exchange, ctx, jsonrpc.decode(body))
+        return answer_request(exchange, ctx, jsonrpc.decode(body, max_depth=32))
 
     rows: list[tuple[str, float]] = [
         ("token lookup: services.authenticate_token", per_op_us(lambda: services.authenticate_token(raw), n)),
         ("session lookup: services.find_session", per_op_us(lambda: services.find_session(token, session.id), n)),
         ("pydantic: tool.parse({}) + model_dump", per_op_us(lambda: tool.parse({}).model_dump(mode="json"), n)),
-        ("JSON-RPC: decode body + encode answer", per_op_us(lambda: jsonrpc.encode(jsonrpc.decode(body)), n)),
+        (
+            "JSON-RPC: decode body + encode answer",
+            per_op_us(lambda: jsonrpc.encode(jsonrpc.decode(body, max_depth=32)), n),
+        ),
         ("JSON-RPC: encode the tools/call answer", per_op_us(lambda: jsonrpc.encode(answer), n)),
         ("transaction: BEGIN IMMEDIATE + SELECT 1 + COMMIT", per_op_us(empty_transaction, n)),
         ("audit row + its transaction (1 row, 1 commit)", per_op_us(audit_in_transaction, n)),

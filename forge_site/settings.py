@@ -122,7 +122,9 @@ if _database_url:
 else:
     DATABASES = {
         "default": {
-            "ENGINE": "django.db.backends.sqlite3",
+            # Django's SQLite backend, whose write transactions also queue on a lock inside the process
+            # (forge_core/sqlite): SQLite's busy handler would make them sleep in steps of up to 100 ms.
+            "ENGINE": "forge_core.sqlite",
             "NAME": str(FORGE_DATA_DIR / "forge.sqlite3"),
             "OPTIONS": {
                 # WAL lets readers run beside the single writer; IMMEDIATE takes the write lock at BEGIN so
@@ -135,6 +137,10 @@ else:
     # Persistent connections: with Django's default of 0 every thread hop reopens the database, which
     # made a call four times slower on this stack (DESIGN section 16).
     DATABASES["default"]["CONN_MAX_AGE"] = None
+
+# Threads in which MCP requests do their database and file work side by side (forge_core.workers); on
+# PostgreSQL keep it at or below FORGE_DB_POOL_MAX, or requests wait for a connection.
+FORGE_WORKERS = envint("FORGE_WORKERS", 8, minimum=1)
 
 REDIS_URL = envstr("REDIS_URL", "")
 CHANNEL_LAYERS: dict[str, dict[str, Any]]

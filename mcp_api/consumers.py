@@ -32,6 +32,7 @@ from forge_core.errors import AuditUnavailable
 from forge_core.live import SSE_HEADERS
 from forge_core.origin import refusal_reason
 from forge_core.streams import EventStreamConsumer
+from forge_core.workers import in_pool
 from mcp_api import jsonrpc
 from mcp_api.jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, RpcError, encode
 from mcp_api.revisions import SUBSCRIPTION_ID_META_KEY
@@ -147,7 +148,7 @@ class McpHttpConsumer(EventStreamConsumer):
             reply.headers["Allow"] = allowed
             await self.send_reply(reply)
             return
-        reply = await database_sync_to_async(handler)(exchange)
+        reply = await in_pool(handler)(exchange)
         if reply.deliver:
             layer = get_channel_layer()
             for group, message in reply.deliver:

@@ -157,9 +157,12 @@ def _tools_call(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
         _audit_call(ctx, tool, raw_arguments if isinstance(raw_arguments, dict) else {}, "mcp_disabled")
         return refused_result(MCP_OFF)
     try:
-        # The call and its audit row commit together: if the row cannot be written, whatever the
-        # handler changed is rolled back and the client is told nothing was done (fail closed).
-        with transaction.atomic():
+        # A tool that changes something commits with its audit row: if the row cannot be written, whatever the
+        # handler changed is rolled back and the client is told nothing was done (fail closed). A read-only
+        # tool runs outside any transaction, beside other calls (on SQLite a transaction holds the one write
+        # lock); its row is then group-committed with others' (`audit.services.record`), and the answer goes
+        # out only once the row is committed.
+        with contextlib.nullcontext() if tool.read_only else transaction.atomic():
             try:
                 answer, outcome = tool_result(tool.run(ctx, arguments)), "ok"
             except AuditUnavailable:

@@ -1,0 +1,135 @@
+"""Group commit: rows appended outside a transaction by callers that arrive together share one transaction and
+one mirror fsync, each caller returns only once its own row is committed, and a batch that cannot be written
+fails every caller in it with nothing appended. Inside a transaction a row still commits with the caller's
+changes, or not at all."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+from django.db import DatabaseError, connection, transaction
+
+from audit import services
+from audit.models import AuditEvent, EventKind
+from audit.services import record
+from forge_core.errors import AuditUnavailable
+from tests.audit.helpers import audit_verify, mirror_lines
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+THREADS = 8
+EACH = 25
+
+
+def run_writers(target, threads: int = THREADS) -> list:
+    """Start `threads` writers at once; each returns what its target gave (or raised)."""
+    start = threading.Barrier(threads)
+    results: list = [None] * threads
+
+    def writer(index: int) -> None:
+        start.wait()
+        try:
+            results[index] = target(index)
+        except Exception as exc:
+            results[index] = exc
+        finally:
+            connection.close()
+
+    workers = [threading.Thread(target=writer, args=(i,)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+    assert not any(worker.is_alive() for worker in workers)
+    return results
+
+
+@pytest.fixture
+def counted_fsyncs(monkeypatch) -> list[int]:
+    """Every fsync of this process, counted (the mirror's are what a batch shares)."""
+    calls: list[int] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        calls.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return calls
+
+
+def test_rows_from_many_threads_make_one_gapless_chain_and_each_caller_gets_its_committed_row(mirror_path):
+    def append(index: int) -> list[int]:
+        return [
+            record(EventKind.TOOL_CALL, tool="test.group", arguments={"n": n}, called_by=f"w{index}").seq
+            for n in range(EACH)
+        ]
+
+    results = run_writers(append)
+
+    seqs = sorted(seq for result in results for seq in result)
+    assert seqs == list(range(1, THREADS * EACH + 1))
+    for index, result in enumerate(results):
+        stored = AuditEvent.objects.filter(seq__in=result).values_list("called_by", flat=True)
+        assert set(stored) == {f"w{index}"}
+        assert result == sorted(result)  # a caller's rows keep its order
+    assert audit_verify().startswith("ok")
+    assert len(mirror_lines(mirror_path)) == THREADS * EACH
+
+
+def test_callers_that_arrive_together_share_fsyncs(counted_fsyncs):
+    run_writers(lambda index: [record(EventKind.TOOL_CALL, tool="test.group", called_by="w") for _ in range(EACH)])
+
+    # One fsync per row without grouping; while a batch is written the others queue for the next one.
+    assert AuditEvent.objects.count() == THREADS * EACH
+    assert len(counted_fsyncs) < THREADS * EACH
+
+
+def test_a_batch_that_cannot_be_written_fails_every_caller_in_it_and_appends_nothing(settings, tmp_path):
+    record(EventKind.TOOL_CALL, tool="test.before")
+    blocked = tmp_path / "blocked" / "audit.jsonl"
+    blocked.mkdir(parents=True)
+    settings.FORGE_AUDIT_LOG = blocked
+
+    results = run_writers(lambda index: record(EventKind.TOOL_CALL, tool="test.group"))
+
+    assert all(isinstance(result, AuditUnavailable) for result in results)
+    assert list(AuditEvent.objects.values_list("tool", flat=True)) == ["test.before"]
+
+
+def test_a_database_refusal_fails_the_batch_and_the_next_caller_appends_again(mirror_path):
+    def refuse(execute, sql, params, many, context):
+        if sql.lstrip().upper().startswith("INSERT") and "audit_auditevent" in sql:
+            raise DatabaseError("refused by the test")
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(refuse), pytest.raises(AuditUnavailable):
+        record(EventKind.TOOL_CALL, tool="test.refused")
+
+    assert record(EventKind.TOOL_CALL, tool="test.after").seq == 1
+    assert audit_verify().startswith("ok")
+
+
+def test_inside_a_transaction_the_row_commits_with_the_callers_changes_or_not_at_all():
+    with pytest.raises(RuntimeError), transaction.atomic():
+        record(EventKind.TOOL_CALL, tool="test.rolled_back")
+        raise RuntimeError("the caller's change fails")
+
+    assert not AuditEvent.objects.exists()
+    with transaction.atomic():
+        row = record(EventKind.TOOL_CALL, tool="test.committed")
+    assert AuditEvent.objects.get().seq == row.seq == 1
+
+
+def test_a_checkpoint_that_falls_inside_a_batch_is_signed(settings):
+    settings.FORGE_AUDIT_CHECKPOINT_EVENTS = 10
+
+    run_writers(lambda index: [record(EventKind.TOOL_CALL, tool="test.group") for _ in range(EACH)])
+
+    from audit.models import AuditCheckpoint
+
+    sizes = sorted(AuditCheckpoint.objects.values_list("size", flat=True))
+    assert sizes == list(range(10, THREADS * EACH + 1, 10))
+    assert services.tree_size() == THREADS * EACH
