@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from django.db import DatabaseError, connection, transaction
+from django.db import connection, transaction
 
 from audit.models import EventKind
 from audit.services import record
