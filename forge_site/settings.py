@@ -141,6 +141,9 @@ else:
 # Threads in which MCP requests do their database and file work side by side (forge_core.workers); on
 # PostgreSQL keep it at or below FORGE_DB_POOL_MAX, or requests wait for a connection.
 FORGE_WORKERS = envint("FORGE_WORKERS", 8, minimum=1)
+# How long a thread busy in Python may hold the GIL before `runmcp` has it let others run (Python's default is
+# 5 ms): the event loop every request passes through waits at most this long behind a heavy call.
+FORGE_GIL_SWITCH_MS = envfloat("FORGE_GIL_SWITCH_MS", 0.5, minimum=0.05)
 
 REDIS_URL = envstr("REDIS_URL", "")
 CHANNEL_LAYERS: dict[str, dict[str, Any]]

@@ -13,6 +13,7 @@ import asyncio
 import gc
 import logging
 import resource
+import sys
 import threading
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
@@ -165,6 +166,10 @@ class Command(BaseCommand):
             # collector from walking the Twisted + Django heap on every gen-2 pass (p99 35 -> 21 ms).
             gc.collect()
             gc.freeze()
+            # A worker thread busy in Python (a check of a 50,000-variable project) holds the GIL until the
+            # interpreter asks it to switch; the event loop, which every other request passes through several
+            # times, waited up to the default 5 ms each time (bench/hol_bench.py).
+            sys.setswitchinterval(settings.FORGE_GIL_SWITCH_MS / 1000)
             for url in urls:
                 self.stdout.write(f"Forge MCP listening on {url}/mcp (legacy SSE {url}/sse, console {url}/console/)")
             self.stdout.flush()
