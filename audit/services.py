@@ -251,12 +251,18 @@ class _GroupCommit:
     def _lead(self) -> None:
         with self.lock:
             batch, self.waiting = self.waiting, []
+        failure: AuditUnavailable | None = AuditUnavailable("the audit batch was interrupted")
         try:
             _append_in_transaction([waiting.event for waiting in batch])
+            failure = None
         except AuditUnavailable as exc:
-            for waiting in batch:
-                waiting.error = exc
+            failure = exc
+        except Exception as exc:  # whatever stopped the batch, none of its callers may go on as if recorded
+            logger.exception("an audit batch failed; its %d callers are told the audit is unavailable", len(batch))
+            failure = AuditUnavailable(f"{type(exc).__name__}: {exc}")
         finally:
+            for waiting in batch:
+                waiting.error = failure
             with self.lock:
                 if self.waiting:
                     self.waiting[0].lead = True

@@ -87,7 +87,7 @@ HEAVY_STOP_TIMEOUT_S = 120.0
 
 @dataclass
 class Server:
-    workers: int
+    workers: str
     pid: int
     url: str
     heavy_token: str
@@ -98,11 +98,14 @@ class Server:
         return {"Authorization": f"Bearer {token}"}
 
 
-def prepare(data_dir: Path, source: Path, workers: int) -> tuple[dict[str, str], str, str]:
+def prepare(data_dir: Path, source: Path, workers: str) -> tuple[dict[str, str], str, str]:
     """Migrate, switch MCP on, make the operator (heavy client's token) and the probe user's token, import the
     project; return the server's env and both tokens."""
     env = {k: v for k, v in os.environ.items() if k not in OVERRIDDEN_ENV}
-    env.update({"FORGE_DATA_DIR": str(data_dir), "PYTHONUNBUFFERED": "1", "FORGE_WORKERS": str(workers)})
+    count, _, switch_ms = workers.partition("@")
+    env.update({"FORGE_DATA_DIR": str(data_dir), "PYTHONUNBUFFERED": "1", "FORGE_WORKERS": count})
+    if switch_ms:
+        env["FORGE_GIL_SWITCH_MS"] = switch_ms
     cl.manage(env, "migrate", "--noinput", "-v", "0")
     cl.manage(env, "mcp_switch", "on")
     password = data_dir / "operator-password"
@@ -119,9 +122,9 @@ def prepare(data_dir: Path, source: Path, workers: int) -> tuple[dict[str, str],
 
 
 @contextlib.asynccontextmanager
-async def running(source: Path, workers: int) -> AsyncIterator[Server]:
+async def running(source: Path, workers: str) -> AsyncIterator[Server]:
     """One runmcp with FORGE_WORKERS=workers on a fresh data dir; always stopped, its dir removed."""
-    workdir = Path(tempfile.mkdtemp(prefix=f"bench-hol-w{workers}-"))
+    workdir = Path(tempfile.mkdtemp(prefix=f"bench-hol-w{workers.replace('@', '-')}-"))
     try:
         data_dir = workdir / "data"
         data_dir.mkdir()
@@ -235,7 +238,7 @@ class Spread:
 
 @dataclass
 class WorkersFigures:
-    workers: int
+    workers: str
     heavy_tool: str = ""
     candidates: dict[str, Spread] = field(default_factory=dict)
     heavy_loaded: Spread = field(default_factory=Spread)
@@ -337,7 +340,7 @@ async def measure(server: Server, args: argparse.Namespace) -> WorkersFigures:
 _f = ra._f
 
 
-def _label(workers: int) -> str:
+def _label(workers: str) -> str:
     return f"workers={workers}"
 
 
@@ -430,16 +433,27 @@ def print_header(args: argparse.Namespace) -> None:
 # --------------------------------------------------------------------------
 
 
-def _workers(text: str) -> list[int]:
-    values = [int(part) for part in text.split(",") if part.strip()]
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError("a comma-separated list of positive thread counts")
+def _workers(text: str) -> list[str]:
+    """Server configurations: FORGE_WORKERS, each optionally with FORGE_GIL_SWITCH_MS after an @ (8@5)."""
+    values = [part.strip() for part in text.split(",") if part.strip()]
+    try:
+        if not values or any(int(v.partition("@")[0]) < 1 or float(v.partition("@")[2] or 1) <= 0 for v in values):
+            raise ValueError
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            "a comma-separated list of thread counts, each optionally @ms (1,8,8@5)"
+        ) from None
     return values
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=_workers, default=[1, 8], help="FORGE_WORKERS of each server, in turn (1,8)")
+    parser.add_argument(
+        "--workers",
+        type=_workers,
+        default=["1", "8"],
+        help="FORGE_WORKERS of each server, in turn, each optionally @FORGE_GIL_SWITCH_MS (1,8; e.g. 1,8@5,8)",
+    )
     parser.add_argument("--variables", type=int, default=50_000, help="variables of the generated project (50000)")
     parser.add_argument("--rounds", type=int, help="alone and loaded phases each (4; --quick 2)")
     parser.add_argument("--phase-seconds", type=float, help="duration of one phase (8; --quick 3)")

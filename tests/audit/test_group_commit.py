@@ -133,3 +133,15 @@ def test_a_checkpoint_that_falls_inside_a_batch_is_signed(settings):
     sizes = sorted(AuditCheckpoint.objects.values_list("size", flat=True))
     assert sizes == list(range(10, THREADS * EACH + 1, 10))
     assert services.tree_size() == THREADS * EACH
+
+
+def test_a_batch_stopped_by_an_unexpected_error_fails_its_callers_rather_than_acknowledging_them(monkeypatch):
+    def broken(events):
+        raise TypeError("a bug in the append")
+
+    monkeypatch.setattr(services, "_append", broken)
+
+    results = run_writers(lambda index: record(EventKind.TOOL_CALL, tool="test.group"), threads=4)
+
+    assert all(isinstance(result, AuditUnavailable) for result in results)
+    assert not AuditEvent.objects.exists()
