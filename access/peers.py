@@ -310,11 +310,10 @@ def _may_sign_certificates(certificate: x509.Certificate) -> bool:
 
 
 def _is_client_certificate(certificate: x509.Certificate) -> bool:
-    try:
-        if certificate.extensions.get_extension_for_class(x509.BasicConstraints).value.ca:
-            return False
-    except x509.ExtensionNotFound:
-        pass
+    extensions = {extension.oid: extension.value for extension in certificate.extensions}
+    constraints = extensions.get(x509.BasicConstraints.oid)
+    if isinstance(constraints, x509.BasicConstraints) and constraints.ca:
+        return False
     try:
         purposes = certificate.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     except x509.ExtensionNotFound:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import ssl
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +15,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from tests.caretaker.conftest import csr_for
+from tests.live import LiveServer, manage, prepare, run_server, scratch_database
 
 # Run in a live server's data dir (manage.py shell -c): the caretaker switched on with an Ed25519 team CA.
 SWITCH_ON = """
@@ -30,6 +33,8 @@ print("active" if activation.is_caretaker() else "inactive: " + " ".join(activat
 ISSUE = """
 import json
 import ssl
+from collections.abc import Iterator
+from contextlib import contextmanager
 from django.contrib.auth.models import User
 from caretaker import services
 from caretaker.models import Peer
@@ -44,6 +49,8 @@ print(json.dumps(outcome.settled))
 REVOKE = """
 import json
 import ssl
+from collections.abc import Iterator
+from contextlib import contextmanager
 from django.contrib.auth.models import User
 from caretaker import services
 user = User.objects.get(username={caretaker!r})
@@ -127,3 +134,21 @@ def revoke_here(caretaker, name: str, *, reason: str = "key lost") -> None:
     proposal = services.propose_revocation(name, reason, requested_by=caretaker.username)
     outcome = services.carry_out_now(proposal, user=caretaker, typed_id=proposal.key_memorable_id)
     assert outcome.verified, outcome.detail
+
+
+@contextmanager
+def tls_team_server(data_dir: Path, **env: str) -> Iterator[LiveServer]:
+    """A live server serving HTTPS beside HTTP in override mode, its caretaker active with a team CA in the trust
+    store (the data dir's own folders), and an operator token for the caretaker's REST approvals."""
+    with scratch_database() as database:
+        server_env, token = prepare(data_dir, **database, FORGE_OVERRIDE_SECURITIES="1", **env)
+        assert manage(server_env, "shell", "-c", SWITCH_ON).strip().splitlines()[-1] == "active"
+        operator_token = manage(server_env, "create_operator_token", "live").strip().splitlines()[-1]
+        with run_server(server_env, token, data_dir, tls=True) as server:
+            server.operator_token = operator_token  # type: ignore[attr-defined]
+            yield server
+
+
+def server_cert(server: LiveServer) -> Path:
+    """The certificate the live server's HTTPS listener made for itself."""
+    return server.data_dir / "secrets" / "tls" / "server.crt"

@@ -19,8 +19,8 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from caretaker.ca import cert_fingerprint
 from console.site import MemberFiles, mtls_configurations
-from tests.live import INITIALIZE, ROOT, LiveServer, manage, prepare, run_server, scratch_database, server_env
-from tests.team_tls import SWITCH_ON, Member, issue_live, new_member_key
+from tests.live import INITIALIZE, ROOT, LiveServer, server_env
+from tests.team_tls import Member, issue_live, new_member_key, server_cert, tls_team_server
 
 pytestmark = [pytest.mark.live, pytest.mark.anyio]
 
@@ -92,13 +92,9 @@ def test_the_bridge_relays_unreadable_lines_and_relays_the_servers_refusals(forg
 @pytest.fixture(scope="module")
 def tls_server(tmp_path_factory) -> Iterator[LiveServer]:
     """A live server serving HTTPS beside HTTP, the caretaker active with a team CA in the trust store."""
-    data_dir = tmp_path_factory.mktemp("tls-stdio")
-    with scratch_database() as database:
-        # The caretaker's folders are the data dir's own; P-256 is the quicker server key to make.
-        env, token = prepare(data_dir, **database, FORGE_OVERRIDE_SECURITIES="1", FORGE_TLS_KEY_TYPE="p256")
-        assert manage(env, "shell", "-c", SWITCH_ON).strip().splitlines()[-1] == "active"
-        with run_server(env, token, data_dir, tls=True) as server:
-            yield server
+    # P-256 is the quicker server key to make.
+    with tls_team_server(tmp_path_factory.mktemp("tls-stdio"), FORGE_TLS_KEY_TYPE="p256") as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
@@ -106,12 +102,8 @@ def alice(tls_server, tmp_path_factory) -> Member:
     return issue_live(tls_server, tmp_path_factory.mktemp("alice"), "alice")
 
 
-def server_crt(server: LiveServer) -> Path:
-    return server.data_dir / "secrets" / "tls" / "server.crt"
-
-
 def member_files(server: LiveServer, member: Member) -> MemberFiles:
-    return MemberFiles(cert=str(member.cert_path), key=str(member.key_path), ca=str(server_crt(server)))
+    return MemberFiles(cert=str(member.cert_path), key=str(member.key_path), ca=str(server_cert(server)))
 
 
 def bridge_command(server: LiveServer, member: Member) -> list[str]:
@@ -144,7 +136,7 @@ async def test_the_bridge_presents_a_team_certificate_and_the_session_belongs_to
     assert status["session_id"]
     assert info["mtls"] is True
     assert info["tls"]["port"] == tls_server.tls_port
-    assert info["tls"]["certificate"]["fingerprint_sha256"] == fingerprint_of(server_crt(tls_server))
+    assert info["tls"]["certificate"]["fingerprint_sha256"] == fingerprint_of(server_cert(tls_server))
 
 
 async def test_the_bridge_with_only_the_servers_certificate_uses_https_with_the_token(tls_server, tmp_path):
@@ -152,7 +144,7 @@ async def test_the_bridge_with_only_the_servers_certificate_uses_https_with_the_
     token_file.write_text(tls_server.token)
     token_file.chmod(0o600)
     args = ["manage.py", "mcp_stdio", "--url", f"{tls_server.tls_base}/mcp", "--token-file", str(token_file)]
-    args += ["--ca", str(server_crt(tls_server))]
+    args += ["--ca", str(server_cert(tls_server))]
     bridge = StdioServerParameters(command=sys.executable, args=args, env=member_env(tmp_path), cwd=str(ROOT))
 
     with anyio.fail_after(60):

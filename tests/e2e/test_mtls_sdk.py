@@ -24,14 +24,11 @@ from tests.live import (
     INITIALIZE,
     LiveServer,
     bearer,
-    manage,
-    prepare,
     run_server,
     scaleout_configured,
-    scratch_database,
     streamable_client,
 )
-from tests.team_tls import SWITCH_ON, Member, client_context, issue_live, new_member_key
+from tests.team_tls import Member, client_context, issue_live, new_member_key, server_cert, tls_team_server
 
 pytestmark = [pytest.mark.live, pytest.mark.anyio]
 
@@ -44,29 +41,15 @@ print(row.called_by, row.client_label)
 """
 
 
-def team_env(data_dir: Path) -> dict[str, str]:
-    return {"FORGE_OVERRIDE_SECURITIES": "1"}
-
-
 @pytest.fixture(scope="module")
 def mtls_server(tmp_path_factory):
-    data_dir = tmp_path_factory.mktemp("mtls")
-    with scratch_database() as database:
-        env, token = prepare(data_dir, **database, **team_env(data_dir))
-        assert manage(env, "shell", "-c", SWITCH_ON).strip().splitlines()[-1] == "active"
-        operator_token = manage(env, "create_operator_token", "live").strip().splitlines()[-1]
-        with run_server(env, token, data_dir, tls=True) as server:
-            server.operator_token = operator_token  # type: ignore[attr-defined]
-            yield server
+    with tls_team_server(tmp_path_factory.mktemp("mtls")) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
 def alice(mtls_server, tmp_path_factory) -> Member:
     return issue_live(mtls_server, tmp_path_factory.mktemp("alice"), "alice@team")
-
-
-def server_cert(server: LiveServer) -> Path:
-    return server.data_dir / "secrets" / "tls" / "server.crt"
 
 
 def tls_for(server: LiveServer, member: Member | None):

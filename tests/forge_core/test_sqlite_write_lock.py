@@ -7,21 +7,21 @@ from __future__ import annotations
 import threading
 
 import pytest
+from django.conf import settings
 from django.db import connection, transaction
 
 from audit.models import EventKind
 from audit.services import record
 from forge_core.sqlite.base import WRITE_LOCK
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(
+        settings.DATABASES["default"]["ENGINE"] != "forge_core.sqlite", reason="the write lock is the SQLite backend's"
+    ),
+]
 
 BOUND = 30
-
-
-@pytest.fixture(autouse=True)
-def sqlite_only():
-    if connection.vendor != "sqlite":
-        pytest.skip("the write lock is the SQLite backend's")
 
 
 def test_a_transaction_holds_the_lock_until_it_commits():

@@ -20,7 +20,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import dsa, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 
 from caretaker import activation, ca, sealing, services, store
 from caretaker.models import ACCEPTANCE_SENTENCE, Activation, EnrollmentCode, Peer, PeerState
@@ -56,19 +56,10 @@ PEER = "alice@team"
 
 
 @pytest.fixture
-def cora(settings, tmp_path, transactional_db) -> User:
+def cora(team) -> User:
     """Override mode on, the caretaker's folders in this test's tmp_path, and Cora, who may act as caretaker
-    and decide confirmations (no CA yet, not switched on)."""
-    settings.FORGE_OVERRIDE_SECURITIES = True
-    settings.FORGE_CA_DIR = tmp_path / "secrets" / "team-ca"
-    settings.FORGE_TRUST_DIR = tmp_path / "trust"
-    settings.FORGE_ROSTER_DIR = tmp_path / "roster"
-    user = User.objects.create_user("cora", password="cora-password-123", is_staff=True)
-    user.user_permissions.add(
-        Permission.objects.get(codename="act_as_caretaker"),
-        Permission.objects.get(codename="decide_confirmation"),
-    )
-    return User.objects.get(pk=user.pk)
+    and decide confirmations (no CA yet, not switched on): the team of tests/conftest.py."""
+    return team.caretaker
 
 
 @pytest.fixture
