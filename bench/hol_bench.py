@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import platform
 import shutil
@@ -494,28 +493,9 @@ def main() -> None:
     print_header(args)
     started = time.monotonic()
     results = asyncio.run(run(args))
-    print()
-    print(f"== results ({(time.monotonic() - started) / 60:.1f} min, load average at end {ra.load_average()})")
-    print_candidates(results)
-    print()
-    print_phases(results)
-    print()
-    print_ratios(results)
-    if args.json:
-        payload: dict[str, Any] = {
-            "date": datetime.now().astimezone().isoformat(timespec="seconds"),
-            "cores": os.cpu_count(),
-            "cpu": ra.cpu_model(),
-            "options": {k: v for k, v in vars(args).items() if k != "json"},
-            "servers": [
-                {
-                    **asdict(figures),
-                    "ratios": {kind: figures.ratio(kind) for kind in PROBES},
-                }
-                for figures in results
-            ],
-        }
-        args.json.write_text(json.dumps(payload, indent=2, default=str))
+    servers = [{**asdict(figures), "ratios": {kind: figures.ratio(kind) for kind in PROBES}} for figures in results]
+    parts = [lambda: print_candidates(results), lambda: print_phases(results), lambda: print_ratios(results)]
+    ra.report(args, started, parts, {"servers": servers})
 
 
 if __name__ == "__main__":

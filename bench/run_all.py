@@ -655,18 +655,38 @@ def main() -> None:
     print_header(args)
     started = time.monotonic()
     results = asyncio.run(run(args))
+    report(
+        args,
+        started,
+        [lambda: print_table(results), lambda: print_ratios(results)],
+        asdict(results),
+        skip=frozenset({"profile"}),
+    )
+
+
+def report(
+    args: argparse.Namespace,
+    started: float,
+    parts: list[Callable[[], None]],
+    figures: dict[str, Any],
+    *,
+    skip: frozenset[str] = frozenset(),
+) -> None:
+    """The end of a bench run, the same for every bench: the results header, each printed part (a blank line
+    between them), and with --json the figures with the date, machine and options."""
     print()
     print(f"== results ({(time.monotonic() - started) / 60:.1f} min, load average at end {load_average()})")
-    print_table(results)
-    print()
-    print_ratios(results)
+    for number, part in enumerate(parts):
+        if number:
+            print()
+        part()
     if args.json:
         payload: dict[str, Any] = {
             "date": datetime.now().astimezone().isoformat(timespec="seconds"),
             "cores": os.cpu_count(),
             "cpu": cpu_model(),
-            "options": {k: v for k, v in vars(args).items() if k not in {"json", "profile"}},
-            **asdict(results),
+            "options": {k: v for k, v in vars(args).items() if k not in {"json", *skip}},
+            **figures,
         }
         args.json.write_text(json.dumps(payload, indent=2, default=str))
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import platform
 import shutil
@@ -657,32 +656,21 @@ def main() -> None:
     print_header(args)
     started = time.monotonic()
     results = asyncio.run(run(args))
-    print()
-    print(f"== results ({(time.monotonic() - started) / 60:.1f} min, load average at end {ra.load_average()})")
-    print_connections(results)
-    print()
-    print_calls(results)
-    print()
-    print_ratios(results)
-    if args.json:
-        payload: dict[str, Any] = {
-            "date": datetime.now().astimezone().isoformat(timespec="seconds"),
-            "cores": os.cpu_count(),
-            "cpu": ra.cpu_model(),
-            "openssl": ssl.OPENSSL_VERSION,
-            "options": {k: v for k, v in vars(args).items() if k != "json"},
-            "connections": [asdict(c) for c in results.connections],
-            "calls": {
-                scheme: {
-                    **asdict(row),
-                    "calls_per_s": row.calls_per_s,
-                    "load_server_cpu_ms": row.load_server_cpu_ms,
-                    "load_client_cpu_ms": row.load_client_cpu_ms,
-                }
-                for scheme, row in results.calls.items()
-            },
-        }
-        args.json.write_text(json.dumps(payload, indent=2, default=str))
+    figures = {
+        "openssl": ssl.OPENSSL_VERSION,
+        "connections": [asdict(c) for c in results.connections],
+        "calls": {
+            scheme: {
+                **asdict(row),
+                "calls_per_s": row.calls_per_s,
+                "load_server_cpu_ms": row.load_server_cpu_ms,
+                "load_client_cpu_ms": row.load_client_cpu_ms,
+            }
+            for scheme, row in results.calls.items()
+        },
+    }
+    parts = [lambda: print_connections(results), lambda: print_calls(results), lambda: print_ratios(results)]
+    ra.report(args, started, parts, figures)
 
 
 if __name__ == "__main__":
