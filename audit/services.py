@@ -343,7 +343,9 @@ def _append(events: list[AuditEvent]) -> None:
     node_sql, node_fields, node_plain = _insert_sql(AuditTreeNode)
     # A row's tree nodes depend on those of the rows before it in the batch, not written yet.
     store = _BatchNodeStore(DatabaseNodeStore())
-    lines, event_rows, node_rows = [], [], []
+    lines: list[str] = []
+    event_rows: list[list[Any]] = []
+    node_rows: list[list[Any]] = []
     for event in events:
         event.ts, event.seq, event.prev_mac = timezone.now(), size + 1, prev_mac
         _, line = _sealed_texts(event)  # sets event.mac
