@@ -174,6 +174,9 @@ def server_env(data_dir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in SCALE_OUT_ENV}
     env["FORGE_DATA_DIR"] = str(data_dir)
     env["PYTHONUNBUFFERED"] = "1"
+    # One bench token holds every idle stream: lift the per-token caps a deployment keeps low.
+    for cap in ("FORGE_MAX_SESSIONS_PER_TOKEN", "FORGE_MAX_STREAMS_PER_TOKEN"):
+        env[cap] = "1000000"
     return env
 
 
