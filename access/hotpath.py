@@ -3,9 +3,10 @@
 Every POST looks up its bearer token (with the owner) and, on session revisions, its session. Through
 the ORM these cost about 0.4 and 0.35 ms of CPU on this machine, most of it spent compiling the same
 queryset again; that was half of a call's server CPU (docs/PERFORMANCE.md). Here the SELECT and the
-column converters are prepared on first use and rows become ordinary model instances with
-`Model.from_db`, so callers see exactly what the ORM would give them. Nothing is cached across calls:
-every call still reads the current token and session, so revocation takes effect on the next request.
+column converters are prepared on first use, the statement goes to the database driver's own cursor
+(`forge_core.fastsql`: Django's cursor wrapper and its placeholder rewriting cost more than the SELECT), and
+rows become model instances holding exactly what the ORM would give. Nothing is cached across calls: every
+call still reads the current token and session, so revocation takes effect on the next request.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from django.db import DatabaseError, connection
 from django.db.models import Model
 
 from access.models import ClientToken, McpSession, ServerState
+from forge_core import fastsql
 
 
 class PreparedSelect:
@@ -35,12 +37,10 @@ class PreparedSelect:
             ]
             self.parts.append((model, [field.attname for field in fields], converters, columns))
             selected.extend(f"{quote(table)}.{quote(field.column)}" for field in fields)
-        self.sql = f"SELECT {', '.join(selected)} FROM {where} LIMIT 1"
+        self.sql = fastsql.driver_sql(f"SELECT {', '.join(selected)} FROM {where} LIMIT 1")
 
     def fetch(self, params: list[Any]) -> list[Model] | None:
-        with connection.cursor() as cursor:
-            cursor.execute(self.sql, params)
-            row = cursor.fetchone()
+        row = fastsql.fetchone(self.sql, params)
         if row is None:
             return None
         instances, offset = [], 0
@@ -53,7 +53,7 @@ class PreparedSelect:
                     value = convert(value, column, connection)
                 values.append(value)
             offset += len(columns)
-            instances.append(model.from_db(connection.alias, attnames, values))
+            instances.append(fastsql.loaded(model, attnames, values))
         return instances
 
 
@@ -109,15 +109,13 @@ def open_session_of(token: ClientToken, session_id: str) -> McpSession | None:
 @cache
 def _switch_sql() -> str:
     table = quote(ServerState._meta.db_table)
-    return f"SELECT {quote('mcp_enabled')} FROM {table} WHERE {quote('id')} = 1"
+    return fastsql.driver_sql(f"SELECT {quote('mcp_enabled')} FROM {table} WHERE {quote('id')} = 1")
 
 
 def mcp_enabled() -> bool:
     """The master switch. No row (a fresh install) or any database failure reads as off (fail closed)."""
     try:
-        with connection.cursor() as cursor:
-            cursor.execute(_switch_sql())
-            row = cursor.fetchone()
+        row = fastsql.fetchone(_switch_sql(), [])
     except DatabaseError:
         return False
     return bool(row and row[0])

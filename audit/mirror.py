@@ -17,6 +17,7 @@ already serialized by the chain lock; the file lock keeps other processes' write
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -25,6 +26,52 @@ from pathlib import Path
 
 TAIL_CHUNK = 4096  # a line is ~0.5 KB: the last committed one is almost always in the first read
 ROLLED_BACK_SUFFIX = ".rolled-back"
+
+
+class _Handle:
+    """The mirror file this process keeps open between appends, and what its last append left: the file's size,
+    its modification time and the last event written. A file found just so needs no reading of its tail."""
+
+    __slots__ = ("fd", "identity", "written")
+
+    def __init__(self, fd: int, identity: tuple[int, int]) -> None:
+        self.fd = fd
+        self.identity = identity
+        self.written: tuple[int, int, int] | None = None
+
+
+_handles: dict[Path, _Handle] = {}  # at most one; appends are serialized by the chain lock, one uses it at a time
+
+
+def _open_handle(path: Path) -> _Handle:
+    """The open mirror at `path`: kept from the last append while the path still names that file (not replaced
+    by `Mirror.rewrite`, deleted or moved), else opened (and created) afresh."""
+    handle = _handles.get(path)
+    try:
+        current = os.stat(path)
+    except FileNotFoundError:
+        current = None
+    except OSError as exc:
+        raise MirrorError(f"cannot open the audit mirror {path}: {exc.strerror}") from exc
+    if handle is not None and current is not None and handle.identity == (current.st_dev, current.st_ino):
+        return handle
+    for other in list(_handles):  # a process has one mirror; a handle on another path is not needed again
+        _close_handle(other)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise MirrorError(f"cannot open the audit mirror {path}: {exc.strerror}") from exc
+    opened = os.fstat(fd)
+    _handles[path] = handle = _Handle(fd, (opened.st_dev, opened.st_ino))
+    return handle
+
+
+def _close_handle(path: Path) -> None:
+    handle = _handles.pop(path, None)
+    if handle is not None:
+        with contextlib.suppress(OSError):
+            os.close(handle.fd)
 
 
 class MirrorError(Exception):
@@ -49,31 +96,37 @@ class Mirror:
         `missing(first, last)` gives committed lines the file lacks; `kept_size()` the size the checkpoint
         kept beside the mirror saw, read only when lines lie past the database's end.
         """
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError as exc:
-            raise MirrorError(f"cannot open the audit mirror {self.path}: {exc.strerror}") from exc
+        handle = _open_handle(self.path)
+        fd = handle.fd
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            size = os.fstat(fd).st_size
-            end, last = self._tail(fd, size, seq - 1)
-            lines = [*missing(last + 1, seq - 1), *new_lines] if last < seq - 1 else list(new_lines)
-            data = "".join(item + "\n" for item in lines).encode()
-            if end > size:  # the last line lacks its newline (a crash mid-write): complete it
-                data = b"\n" + data
-                end = size
-            if end < size:
-                self._set_aside(Past(os.pread(fd, size - end, end)), seq - 1, prev_mac, kept_size)
-                os.ftruncate(fd, end)
-            os.lseek(fd, end, os.SEEK_SET)
-            if os.write(fd, data) != len(data):
-                raise MirrorError(f"short write to the audit mirror {self.path}")
-            os.fsync(fd)
+            try:
+                stat = os.fstat(fd)
+                size = stat.st_size
+                if handle.written == (size, stat.st_mtime_ns, seq - 1):
+                    end, last = size, seq - 1  # the file is as this process's last append left it
+                else:
+                    end, last = self._tail(fd, size, seq - 1)
+                lines = [*missing(last + 1, seq - 1), *new_lines] if last < seq - 1 else list(new_lines)
+                data = "".join(item + "\n" for item in lines).encode()
+                if end > size:  # the last line lacks its newline (a crash mid-write): complete it
+                    data = b"\n" + data
+                    end = size
+                if end < size:
+                    self._set_aside(Past(os.pread(fd, size - end, end)), seq - 1, prev_mac, kept_size)
+                    os.ftruncate(fd, end)
+                if os.pwrite(fd, data, end) != len(data):
+                    raise MirrorError(f"short write to the audit mirror {self.path}")
+                os.fsync(fd)
+                handle.written = (end + len(data), os.fstat(fd).st_mtime_ns, seq + len(new_lines) - 1)
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
         except OSError as exc:
+            _close_handle(self.path)
             raise MirrorError(f"cannot write the audit mirror {self.path}: {exc.strerror}") from exc
-        finally:
-            os.close(fd)
+        except BaseException:
+            _close_handle(self.path)
+            raise
 
     def _set_aside(self, past: Past, size: int, mac: str, kept_size: Callable[[], int]) -> None:
         """Move what appends that rolled back left to `<mirror>.rolled-back`; refuse anything else."""

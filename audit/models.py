@@ -52,18 +52,22 @@ class AppendOnly(models.Model):
 
 
 class AuditEvent(AppendOnly):
-    """One event. `mac` = HMAC-SHA256(audit key, prev_mac || canonical JSON of the row without its MAC)."""
+    """One event. `mac` = HMAC-SHA256(audit key, prev_mac || canonical JSON of the row without its MAC).
+
+    Every call appends a row, so each index is a page more to write per commit: only `ts` (the API's time
+    range) is indexed besides the key and the MAC. The API and the console filter by the other fields while
+    reading in `seq` order, which needs no index of them (docs/PERFORMANCE.md, section 14)."""
 
     seq = models.BigIntegerField(primary_key=True)
     ts = models.DateTimeField(db_index=True)
-    kind = models.CharField(max_length=40, choices=EventKind.choices, db_index=True)
-    tool = models.CharField(max_length=100, blank=True, db_index=True)
+    kind = models.CharField(max_length=40, choices=EventKind.choices)
+    tool = models.CharField(max_length=100, blank=True)
     arguments_json = models.TextField(default="{}", help_text="Sanitized arguments as canonical JSON.")
     outcome = models.CharField(max_length=200, blank=True)
-    called_by = models.CharField(max_length=200, blank=True, db_index=True)
-    session = models.CharField(max_length=100, blank=True, db_index=True)
+    called_by = models.CharField(max_length=200, blank=True)
+    session = models.CharField(max_length=100, blank=True)
     client_label = models.CharField(max_length=200, blank=True)
-    project = models.CharField(max_length=100, blank=True, db_index=True)
+    project = models.CharField(max_length=100, blank=True)
     prev_mac = models.CharField(max_length=64)
     mac = models.CharField(max_length=64, unique=True)
 

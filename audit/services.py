@@ -22,7 +22,7 @@ import json
 import logging
 import math
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
@@ -165,7 +165,11 @@ def _sealed_texts(event: AuditEvent) -> tuple[str, str]:
 
 
 def _text(value: str) -> str:
-    return json.dumps(value, ensure_ascii=False)
+    """`value` as canonical JSON text: what `json.dumps(value, ensure_ascii=False)` gives, without its overhead."""
+    return _encode_text(value)
+
+
+_encode_text: Callable[[str], str] = json.encoder.encode_basestring
 
 
 # --- the tree's node store -------------------------------------------------------------------------
