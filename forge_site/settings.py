@@ -47,6 +47,9 @@ FORGE_EXTRA_ALLOWED_HOSTS = envlist("FORGE_ALLOWED_HOSTS")
 ALLOWED_HOSTS = ["127.0.0.1", "localhost", "[::1]", "::1", *FORGE_EXTRA_ALLOWED_HOSTS]
 # Where `runmcp` binds by default (its --host overrides it); the system checks judge FORGE_DEBUG against it.
 FORGE_HOST = envstr("FORGE_HOST", "127.0.0.1")
+# The HTTP server `runmcp` runs (its --server overrides it): daphne, or uvicorn with uvloop and httptools (the
+# optional `uvicorn` extra; plain HTTP only).
+FORGE_SERVER = envchoice("FORGE_SERVER", "daphne", ("daphne", "uvicorn"))
 FORGE_ALLOWED_ORIGINS = envlist("FORGE_ALLOWED_ORIGINS")
 CSRF_TRUSTED_ORIGINS = FORGE_ALLOWED_ORIGINS
 

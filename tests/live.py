@@ -190,14 +190,20 @@ def prepare(data_dir: Path, **extra_env: str) -> tuple[dict[str, str], str]:
 
 @contextmanager
 def run_server(
-    env: dict[str, str], token: str, data_dir: Path, *, port: int | None = None, tls: bool = False
+    env: dict[str, str],
+    token: str,
+    data_dir: Path,
+    *,
+    port: int | None = None,
+    tls: bool = False,
+    server: str = "daphne",
 ) -> Iterator[LiveServer]:
-    """`runmcp` on loopback (and, with `tls`, HTTPS on a second port), until the block ends."""
+    """`runmcp --server <server>` on loopback (and, with `tls`, HTTPS on a second port), until the block ends."""
     port = port or free_port()
     tls_port = free_port() if tls else None
     log = open(data_dir / f"server-{port}.log", "w")  # noqa: SIM115 - closed below, after the process
     process = subprocess.Popen(
-        [sys.executable, "manage.py", "runmcp", "--host", "127.0.0.1", "--port", str(port)]
+        [sys.executable, "manage.py", "runmcp", "--server", server, "--host", "127.0.0.1", "--port", str(port)]
         + (["--tls-port", str(tls_port)] if tls_port else []),
         cwd=ROOT,
         env=env,

@@ -1,4 +1,9 @@
-"""`python manage.py runmcp`: serve MCP, the console and the API with daphne.
+"""`python manage.py runmcp`: serve MCP, the console and the API with daphne (the default) or uvicorn.
+
+`--server` (FORGE_SERVER) picks the HTTP server: daphne on Twisted, which alone serves HTTPS and mTLS
+(forge_site/tls_server.py), or uvicorn with uvloop and httptools (the optional `uvicorn` extra,
+forge_site/uvicorn_server.py), which spends less CPU per call. Either way the same application runs with the
+same start-up work (`start_serving_work`).
 
 It serves the whole application and runs the process's background work (contract recovery at start-up,
 audit checkpoints, confirmation expiry, following the outbox of messages that `manage.py` commands send to
@@ -11,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import importlib.util
 import logging
 import resource
 import sys
@@ -19,7 +25,7 @@ import threading
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from channels.routing import get_default_application
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 from django.db import DatabaseError, close_old_connections
 
 from access import outbox
@@ -37,6 +43,8 @@ from forge_core.live import mark_outside_server
 logger = logging.getLogger("forge.server")
 EXPIRY_SWEEP_SECONDS = 2.0
 ROSTER_REFRESH_SECONDS = 600.0
+# What `--server uvicorn` runs on: the `uvicorn` extra of pyproject.toml.
+UVICORN_EXTRA = ("uvicorn", "uvloop", "httptools")
 
 
 def twisted_endpoint(host: str, port: int) -> str:
@@ -97,12 +105,55 @@ def recover_contracts(stdout) -> None:
         stdout.write(f"Recovery: contract {contract.memorable_id} ({contract.label}) is now {contract.state}.")
 
 
+def missing_uvicorn_packages() -> list[str]:
+    """The packages of the `uvicorn` extra this Python cannot import."""
+    return [name for name in UVICORN_EXTRA if importlib.util.find_spec(name) is None]
+
+
+def start_serving_work(stdout: OutputWrapper, urls: list[str], stop: threading.Event) -> list[asyncio.Task]:
+    """What a server does once it listens, on its own event loop, whichever server it is: settle the heap, say
+    where it listens, start the background threads (until `stop` is set) and the tasks on the loop (the roster
+    watcher, the outbox follower), which the caller holds so they are not collected."""
+    # Everything loaded at start-up lives for the whole process; freezing it keeps the cyclic collector from
+    # walking the Twisted + Django heap on every gen-2 pass (p99 35 -> 21 ms).
+    gc.collect()
+    gc.freeze()
+    # A worker thread busy in Python (a check of a 50,000-variable project) holds the GIL until the interpreter
+    # asks it to switch; the event loop, which every other request passes through several times, waited up to
+    # the default 5 ms each time (bench/hol_bench.py).
+    sys.setswitchinterval(settings.FORGE_GIL_SWITCH_MS / 1000)
+    for url in urls:
+        stdout.write(f"Forge MCP listening on {url}/mcp (legacy SSE {url}/sse, console {url}/console/)")
+    stdout.flush()
+    if settings.FORGE_AUDIT_CHECKPOINT_SECONDS:
+        threading.Thread(target=checkpoint_loop, args=(stop,), name="audit-checkpoints", daemon=True).start()
+    threading.Thread(target=expiry_loop, args=(stop,), name="confirmation-expiry", daemon=True).start()
+    threading.Thread(target=roster_refresh_loop, args=(stop,), name="roster-refresh", daemon=True).start()
+    loop = asyncio.get_event_loop()  # the server's: it has made its loop the current one before this runs
+    # Rosters signed elsewhere and dropped into FORGE_ROSTER_DIR/incoming/ (its database work runs in a thread
+    # of its own).
+    tasks = [loop.create_task(watch_incoming())]
+    if isinstance(get_channel_layer(), InMemoryChannelLayer):
+        tasks.append(loop.create_task(outbox.follow()))
+    return tasks
+
+
 class Command(BaseCommand):
-    help = "Serve Forge MCP (Streamable HTTP at /mcp, legacy SSE at /sse, the console at /console/) with daphne."
+    help = (
+        "Serve Forge MCP (Streamable HTTP at /mcp, legacy SSE at /sse, the console at /console/) with daphne or "
+        "uvicorn."
+    )
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--host", default=envstr("FORGE_HOST", "127.0.0.1"), help="address to bind (127.0.0.1)")
         parser.add_argument("--port", type=int, default=envint("FORGE_PORT", 8000), help="port to bind (8000)")
+        parser.add_argument(
+            "--server",
+            choices=("daphne", "uvicorn"),
+            default=settings.FORGE_SERVER,
+            help="the HTTP server (FORGE_SERVER; daphne): uvicorn (uvloop + httptools, the uvicorn extra) spends "
+            "less CPU per call; only daphne serves HTTPS",
+        )
         parser.add_argument(
             "--tls-port",
             type=int,
@@ -116,23 +167,25 @@ class Command(BaseCommand):
             help="serve HTTPS only, no plain HTTP (FORGE_PLAIN_HTTP=0)",
         )
 
-    def handle(self, *args, host: str, port: int, tls_port: int, no_http: bool, **options) -> None:
+    def handle(self, *args, host: str, port: int, server: str, tls_port: int, no_http: bool, **options) -> None:
         if not 0 < port < 65536:
             raise CommandError(f"--port {port} is not a TCP port; use 1-65535.")
+        if server == "uvicorn":
+            check_uvicorn_options(tls_port, no_http)
         if not 0 <= tls_port < 65536 or (tls_port and tls_port == port and not no_http):
             raise CommandError(f"--tls-port {tls_port} is not a free TCP port here; use 1-65535, other than --port.")
         if no_http and not tls_port:
             raise CommandError("--no-http leaves nothing to serve; give --tls-port (or FORGE_TLS_PORT) too.")
-        import daphne.server  # noqa: F401  installs the asyncio reactor; import before anything else does
+        if server == "daphne":
+            import daphne.server  # noqa: F401  installs the asyncio reactor; import before anything else does
 
-        from forge_site.request_head import serve_with_head_limits
-        from forge_site.tls_server import ForgeServer, ServerTls
+            from forge_site.request_head import serve_with_head_limits
 
-        serve_with_head_limits()  # an oversized request head gets 431 and a JSON body, not a bare 400
+            serve_with_head_limits()  # an oversized request head gets 431 and a JSON body, not a bare 400
 
         mark_outside_server(False)  # this process holds the streams: its messages reach them directly
-        # The application that settings name (ASGI_APPLICATION), found as Channels' own runserver finds it,
-        # after daphne's reactor is installed above.
+        # The application that settings name (ASGI_APPLICATION), found as Channels' own runserver finds it
+        # (for daphne, after its reactor is installed above).
         application = get_default_application()
 
         raise_open_files_limit()
@@ -144,6 +197,8 @@ class Command(BaseCommand):
         urls = [] if no_http else [f"http://{shown_host}:{port}"]
         tls = None
         if tls_port:
+            from forge_site.tls_server import ServerTls
+
             try:
                 certificate = server_certificate(host)
             except TlsSetupError as exc:
@@ -158,42 +213,49 @@ class Command(BaseCommand):
             )
 
         stop = threading.Event()
-        # Tasks on the reactor's loop (the outbox follower, the roster watcher), held so they are not collected.
+        # Tasks on the server's loop (the outbox follower, the roster watcher), held so they are not collected.
         following: list[asyncio.Task] = []
 
         def ready() -> None:
-            # Everything loaded at start-up lives for the whole process; freezing it keeps the cyclic
-            # collector from walking the Twisted + Django heap on every gen-2 pass (p99 35 -> 21 ms).
-            gc.collect()
-            gc.freeze()
-            # A worker thread busy in Python (a check of a 50,000-variable project) holds the GIL until the
-            # interpreter asks it to switch; the event loop, which every other request passes through several
-            # times, waited up to the default 5 ms each time (bench/hol_bench.py).
-            sys.setswitchinterval(settings.FORGE_GIL_SWITCH_MS / 1000)
-            for url in urls:
-                self.stdout.write(f"Forge MCP listening on {url}/mcp (legacy SSE {url}/sse, console {url}/console/)")
-            self.stdout.flush()
-            if settings.FORGE_AUDIT_CHECKPOINT_SECONDS:
-                threading.Thread(target=checkpoint_loop, args=(stop,), name="audit-checkpoints", daemon=True).start()
-            threading.Thread(target=expiry_loop, args=(stop,), name="confirmation-expiry", daemon=True).start()
-            threading.Thread(target=roster_refresh_loop, args=(stop,), name="roster-refresh", daemon=True).start()
-            # Rosters signed elsewhere and dropped into FORGE_ROSTER_DIR/incoming/ (its database work runs in a
-            # thread of its own).
-            following.append(asyncio.get_event_loop().create_task(watch_incoming()))
-            if isinstance(get_channel_layer(), InMemoryChannelLayer):
-                # daphne has made the reactor's loop the current one; the task runs once the reactor does.
-                following.append(asyncio.get_event_loop().create_task(outbox.follow()))
+            following.extend(start_serving_work(self.stdout, urls, stop))
 
         if settings.FORGE_OVERRIDE_SECURITIES:
             self.stdout.write("WARNING: FORGE_OVERRIDE_SECURITIES=1: direct-write tools are registered.")
-        ForgeServer(
-            application=application,
-            endpoints=[] if no_http else [twisted_endpoint(host, port)],
-            tls=tls,
-            signal_handlers=True,
-            action_logger=None,  # daphne's access log cost 8-13% of a call; Django's logging covers us
-            http_timeout=None,  # streams stay open as long as the client wants
-            verbosity=0,
-            ready_callable=ready,
-        ).run()
-        stop.set()
+        try:
+            if server == "uvicorn":
+                from forge_site import uvicorn_server
+
+                uvicorn_server.serve(application, host, port, ready)
+            else:
+                from forge_site.tls_server import ForgeServer
+
+                ForgeServer(
+                    application=application,
+                    endpoints=[] if no_http else [twisted_endpoint(host, port)],
+                    tls=tls,
+                    signal_handlers=True,
+                    action_logger=None,  # daphne's access log cost 8-13% of a call; Django's logging covers us
+                    http_timeout=None,  # streams stay open as long as the client wants
+                    verbosity=0,
+                    ready_callable=ready,
+                ).run()
+        finally:
+            stop.set()
+
+
+def check_uvicorn_options(tls_port: int, no_http: bool) -> None:
+    """Refuse what uvicorn cannot serve here (HTTPS, a missing extra) before anything starts."""
+    if tls_port or no_http:
+        raise CommandError(
+            "--server uvicorn serves plain HTTP only: --tls-port / --no-http (FORGE_TLS_PORT, FORGE_PLAIN_HTTP=0) "
+            "need the client certificate in each request, which only daphne's TLS listener provides; use "
+            "--server daphne for HTTPS."
+        )
+    missing = missing_uvicorn_packages()
+    if missing:
+        raise CommandError(
+            f"--server uvicorn needs the uvicorn extra (uvicorn, uvloop, httptools); {', '.join(missing)} cannot be "
+            f"imported here. Install it: {sys.executable} -m pip install 'uvicorn>=0.30,<1' 'uvloop>=0.21,<1' "
+            "'httptools>=0.6,<1' (or the wheel with its extra, forge_mcp-*.whl[uvicorn]); README, Configuration. "
+            "Or use --server daphne."
+        )
