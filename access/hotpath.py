@@ -15,7 +15,7 @@ from functools import cache
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db import DatabaseError, connection
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections
 from django.db.models import Model
 
 from access.models import ClientToken, McpSession, ServerState
@@ -26,35 +26,33 @@ class PreparedSelect:
     """A SELECT of whole rows of one or more models, joined; each fetched row becomes model instances."""
 
     def __init__(self, models: list[type[Model]], where: str) -> None:
-        self.parts = []
+        self.parts: list[tuple[type[Model], list[str], int, int]] = []  # model, attribute names, its columns' span
+        self.conversions: list[tuple[int, Any, list[Any]]] = []  # the columns whose value needs converting
         selected: list[str] = []
         for model in models:
             table = model._meta.db_table
             fields = model._meta.concrete_fields
-            columns = [field.get_col(table) for field in fields]
-            converters = [
-                connection.ops.get_db_converters(column) + column.get_db_converters(connection) for column in columns
-            ]
-            self.parts.append((model, [field.attname for field in fields], converters, columns))
-            selected.extend(f"{quote(table)}.{quote(field.column)}" for field in fields)
+            start = len(selected)
+            for position, field in enumerate(fields, start=start):
+                column = field.get_col(table)
+                converters = connection.ops.get_db_converters(column) + column.get_db_converters(connection)
+                if converters:
+                    self.conversions.append((position, column, converters))
+                selected.append(f"{quote(table)}.{quote(field.column)}")
+            self.parts.append((model, [field.attname for field in fields], start, len(selected)))
         self.sql = fastsql.driver_sql(f"SELECT {', '.join(selected)} FROM {where} LIMIT 1")
 
     def fetch(self, params: list[Any]) -> list[Model] | None:
         row = fastsql.fetchone(self.sql, params)
         if row is None:
             return None
-        instances, offset = [], 0
-        for model, attnames, converters, columns in self.parts:
-            values = []
-            for value, column_converters, column in zip(
-                row[offset : offset + len(columns)], converters, columns, strict=True
-            ):
-                for convert in column_converters:
-                    value = convert(value, column, connection)
-                values.append(value)
-            offset += len(columns)
-            instances.append(fastsql.loaded(model, attnames, values))
-        return instances
+        values = list(row)
+        if self.conversions:
+            db = connections[DEFAULT_DB_ALIAS]
+            for position, column, converters in self.conversions:
+                for convert in converters:
+                    values[position] = convert(values[position], column, db)
+        return [fastsql.loaded(model, attnames, values[start:end]) for model, attnames, start, end in self.parts]
 
 
 def quote(name: str) -> str:

@@ -36,6 +36,7 @@ from audit import kept, keys, merkle
 from audit.checkpoint import Checkpoint, CheckpointError, parse_and_verify, sign, verifier_key_string
 from audit.mirror import Mirror, MirrorError, Past
 from audit.models import AuditCheckpoint, AuditEvent, AuditTreeNode, EventKind
+from forge_core import fastsql
 from forge_core.canonical import canonical_json
 from forge_core.errors import AuditUnavailable
 
@@ -186,11 +187,8 @@ class DatabaseNodeStore:
         if not positions:
             return {}
         wanted = {node_key(level, index): (level, index) for level, index in positions}
-        table = connection.ops.quote_name(AuditTreeNode._meta.db_table)
-        marks = ", ".join(["%s"] * len(wanted))
-        with connection.cursor() as cursor:
-            cursor.execute(f"SELECT key, hash FROM {table} WHERE key IN ({marks})", list(wanted))
-            return {wanted[key]: bytes(value) for key, value in cursor.fetchall()}
+        rows = fastsql.fetchall(_nodes_sql(len(wanted)), list(wanted))
+        return {wanted[key]: bytes(value) for key, value in rows}
 
 
 # --- appending -------------------------------------------------------------------------------------
@@ -215,7 +213,8 @@ def record(
     share one chain lock, one transaction and one mirror fsync (`_GroupCommit`)."""
     if kind not in EVENT_KINDS:
         raise ValueError(f"{kind!r} is not an audit event kind; add it to EventKind")
-    event = AuditEvent(
+    event = fastsql.built(
+        AuditEvent,
         kind=str(kind),
         tool=tool[:100],
         arguments_json=canonical_json(sanitize(dict(arguments or {}), secret_keys=secret_keys)),
@@ -329,9 +328,7 @@ def lock_chain() -> None:
 
 def chain_head() -> tuple[int, str]:
     """The last event's seq and MAC (0 and the genesis MAC for an empty log)."""
-    with connection.cursor() as cursor:
-        cursor.execute(_last_row_sql())
-        last = cursor.fetchone()
+    last = fastsql.fetchone(_last_row_sql(), ())
     return (last[0], last[1]) if last else (0, GENESIS_MAC)
 
 
@@ -427,9 +424,16 @@ def _insert_sql(model: type[models.Model]) -> tuple[str, list[models.Field], tup
     return f"INSERT INTO {quote(model._meta.db_table)} ({columns}) VALUES ({marks})", fields, plain
 
 
+@cache
 def _last_row_sql() -> str:
     table = connection.ops.quote_name(AuditEvent._meta.db_table)
     return f"SELECT seq, mac FROM {table} ORDER BY seq DESC LIMIT 1"
+
+
+@cache
+def _nodes_sql(count: int) -> str:
+    table = connection.ops.quote_name(AuditTreeNode._meta.db_table)
+    return fastsql.driver_sql(f"SELECT key, hash FROM {table} WHERE key IN ({', '.join(['%s'] * count)})")
 
 
 # --- checkpoints -----------------------------------------------------------------------------------

@@ -10,12 +10,15 @@ Django's cursor, where tests and execute wrappers can see them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from functools import cache
+from typing import Any, TypeVar
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import Model
 from django.db.models.base import ModelState
+
+M = TypeVar("M", bound=Model)
 
 
 def driver_sql(sql: str) -> str:
@@ -25,14 +28,25 @@ def driver_sql(sql: str) -> str:
 
 def fetchone(sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
     """The first row of `sql` (in the driver's style, `driver_sql`), on this thread's connection."""
-    if connection.connection is None:
-        connection.ensure_connection()
-    connection.validate_no_broken_transaction()
-    with connection.wrap_database_errors:
-        cursor = connection.connection.cursor()
+    return _run(sql, params, lambda cursor: cursor.fetchone())
+
+
+def fetchall(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """Every row of `sql` (in the driver's style, `driver_sql`), on this thread's connection."""
+    return _run(sql, params, lambda cursor: cursor.fetchall())
+
+
+def _run(sql: str, params: Sequence[Any], fetch: Callable[[Any], Any]) -> Any:
+    db = connections[DEFAULT_DB_ALIAS]  # looked up once: each `connection.x` goes through a thread-local proxy
+    if db.connection is None:
+        db.ensure_connection()
+    if db.needs_rollback:
+        db.validate_no_broken_transaction()
+    with db.wrap_database_errors:
+        cursor = db.connection.cursor()
         try:
             cursor.execute(sql, params)
-            return cursor.fetchone()
+            return fetch(cursor)
         finally:
             cursor.close()
 
@@ -44,5 +58,23 @@ def loaded(model: type[Model], attnames: list[str], values: list[Any]) -> Model:
     instance.__dict__.update(zip(attnames, values, strict=True))
     state = instance._state = ModelState()
     state.adding = False
-    state.db = connection.alias
+    state.db = DEFAULT_DB_ALIAS
     return instance
+
+
+def built(model: type[M], **values: Any) -> M:
+    """A new, unsaved instance of `model` (plain fields only, given by attribute name), as `model(**values)`
+    makes it, without `__init__`'s work per field; fields not given hold their defaults."""
+    instance = model.__new__(model)
+    instance.__dict__.update(_defaults(model))
+    instance.__dict__.update(values)
+    instance._state = ModelState()
+    return instance
+
+
+@cache
+def _defaults(model: type[Model]) -> dict[str, Any]:
+    fields = model._meta.concrete_fields
+    if any(field.has_default() and callable(field.default) for field in fields):
+        raise TypeError(f"{model.__name__} has a callable default; build it with {model.__name__}(...)")
+    return {field.attname: field.get_default() for field in fields}
