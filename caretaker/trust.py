@@ -7,9 +7,12 @@ art, since adding a CA is trusting a key.
 
 from __future__ import annotations
 
+import fnmatch
+import functools
 import os
 import re
 import secrets
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,7 +45,11 @@ class TrustedCa:
         return self.certificate.subject.rfc4514_string()
 
     def describe(self) -> dict[str, object]:
-        """What `server_info.trust_store_cas[]` and the trust-store screen show for it."""
+        """What `server_info.trust_store_cas[]` and the trust-store screen show for it (worked out once)."""
+        return dict(self._described)
+
+    @functools.cached_property
+    def _described(self) -> dict[str, object]:
         art = key_art(self.certificate)
         return {
             "file": self.file_name,
@@ -57,21 +64,45 @@ def folder() -> Path:
     return settings.FORGE_TRUST_DIR
 
 
+class _Read:
+    """The trust store as last read, and what its files were then (name, size, modification time, inode)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.files: tuple[tuple[str, int, int, int], ...] | None = None
+        self.folder: Path | None = None
+        self.found: list[TrustedCa] = []
+
+
+_read = _Read()
+
+
 def trusted() -> list[TrustedCa]:
-    """Every readable CA certificate in the trust store, by file name; a file that is not one is skipped."""
-    found: list[TrustedCa] = []
+    """Every readable CA certificate in the trust store, by file name; a file that is not one is skipped.
+
+    Every MCP call's `server_info`, every mTLS check and every roster check asks, so the certificates are parsed
+    again only when a file was added, removed or changed since the last read (one directory listing otherwise)."""
+    where = folder()
     try:
-        paths = sorted(folder().glob("*.pem"))
+        with os.scandir(where) as entries:
+            listed = sorted((entry.name, entry.stat()) for entry in entries if fnmatch.fnmatch(entry.name, "*.pem"))
     except OSError:
-        return found
-    for path in paths:
+        return []
+    files = tuple((name, stat.st_size, stat.st_mtime_ns, stat.st_ino) for name, stat in listed)
+    with _read.lock:
+        if _read.files == files and _read.folder == where:
+            return list(_read.found)
+    found: list[TrustedCa] = []
+    for name, _ in listed:
         try:
-            certificate = x509.load_pem_x509_certificate(path.read_bytes()[:MAX_PEM_BYTES])
+            certificate = x509.load_pem_x509_certificate((where / name).read_bytes()[:MAX_PEM_BYTES])
         except (OSError, ValueError):
             continue
         if _is_ca(certificate):
-            found.append(TrustedCa(path.name, certificate))
-    return found
+            found.append(TrustedCa(name, certificate))
+    with _read.lock:
+        _read.files, _read.folder, _read.found = files, where, found
+    return list(found)
 
 
 def trusted_certificates() -> list[x509.Certificate]:
