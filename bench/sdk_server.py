@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import resource
 from importlib.metadata import version
 from typing import Any
@@ -118,6 +119,9 @@ def serve_with_daphne(app: Starlette, port: int) -> None:
         verbosity=0,
         ready_callable=wrapped.start,
     ).run()
+    # The SDK runs a sync tool in an AnyIO worker thread, which ends only with the loop's root task; under
+    # daphne's reactor that never ends, so after SIGTERM Python would wait for the worker threads forever.
+    os._exit(0)
 
 
 def main() -> None:
