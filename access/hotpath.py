@@ -60,15 +60,26 @@ def quote(name: str) -> str:
 
 
 @cache
-def _token_select() -> PreparedSelect:
+def _token_select(with_session: bool) -> PreparedSelect:
+    """The token by digest with its owner, and (`with_session`) the open session of a given id that it opened,
+    whose columns are all NULL when there is none: a call on a session reads both in one statement."""
     user = get_user_model()
     token_table, user_table = ClientToken._meta.db_table, user._meta.db_table
     owner = ClientToken._meta.get_field("owner")
-    return PreparedSelect(
-        [ClientToken, user],
+    joined = (
         f"{quote(token_table)} INNER JOIN {quote(user_table)} ON {quote(user_table)}.{quote(user._meta.pk.column)}"
-        f" = {quote(token_table)}.{quote(owner.column)} WHERE {quote(token_table)}.{quote('digest')} = %s",
+        f" = {quote(token_table)}.{quote(owner.column)}"
     )
+    if with_session:
+        table = McpSession._meta.db_table
+        token = McpSession._meta.get_field("token")
+        joined += (
+            f" LEFT JOIN {quote(table)} ON {quote(table)}.{quote('id')} = %s"
+            f" AND {quote(table)}.{quote(token.column)} = {quote(token_table)}.{quote('id')}"
+            f" AND {quote(table)}.{quote('ended_at')} IS NULL"
+        )
+    models: list[type[Model]] = [ClientToken, user, McpSession] if with_session else [ClientToken, user]
+    return PreparedSelect(models, f"{joined} WHERE {quote(token_table)}.{quote('digest')} = %s")
 
 
 @cache
@@ -82,23 +93,34 @@ def _session_select() -> PreparedSelect:
     )
 
 
-def token_by_digest(digest: str) -> ClientToken | None:
-    """The token with this digest, its owner loaded, or None."""
-    found = _token_select().fetch([digest])
+PREFETCHED = "_forge_prefetched_session"  # on a token read with a session id: (that id, the session or None)
+
+
+def token_by_digest(digest: str, session_id: str | None = None) -> ClientToken | None:
+    """The token with this digest, its owner loaded, or None. Given the id of the session the request names,
+    that session is read in the same statement and kept on the token for `open_session_of`."""
+    found = _token_select(session_id is not None).fetch([session_id, digest] if session_id is not None else [digest])
     if found is None:
         return None
-    token, owner = found
+    token, owner = found[0], found[1]
     assert isinstance(token, ClientToken)  # the select's first model
     ClientToken._meta.get_field("owner").set_cached_value(token, owner)
+    if session_id is not None:
+        session = found[2] if found[2].pk is not None else None
+        token.__dict__[PREFETCHED] = (session_id, session)
     return token
 
 
 def open_session_of(token: ClientToken, session_id: str) -> McpSession | None:
-    """The session with this id opened by this token and not ended, or None."""
-    found = _session_select().fetch([session_id, token.pk])
-    if found is None:
+    """The session with this id opened by this token and not ended, or None (read with the token when it was)."""
+    prefetched = token.__dict__.pop(PREFETCHED, None)
+    if prefetched is not None and prefetched[0] == session_id:
+        session = prefetched[1]
+    else:
+        found = _session_select().fetch([session_id, token.pk])
+        session = found[0] if found is not None else None
+    if session is None:
         return None
-    session = found[0]
     assert isinstance(session, McpSession)  # the select's model
     McpSession._meta.get_field("token").set_cached_value(session, token)
     return session

@@ -37,6 +37,7 @@ from forge_core.tokens import CLIENT_TOKEN_PREFIX, mint_token, presented_digest
 from forge_core.tokens import token_digest as token_digest  # where the tests and benchmarks look it up
 
 LAST_USED_RESOLUTION = timedelta(minutes=1)
+MAX_SESSION_ID_CHARS = 64  # ids are 32 characters (`new_session_id`); a longer one names no session
 
 
 @dataclass(frozen=True)
@@ -115,12 +116,15 @@ def authenticate_certificate(chain_pem: Sequence[str], path: str) -> ClientToken
     return token
 
 
-def authenticate_token(raw: str | None) -> ClientToken | None:
-    """The usable token for a raw bearer value, or None."""
+def authenticate_token(raw: str | None, *, session_id: str | None = None) -> ClientToken | None:
+    """The usable token for a raw bearer value, or None. `session_id`, the session the request names, is read
+    with it (`find_session` then needs no query of its own)."""
     digest = presented_digest(raw, CLIENT_TOKEN_PREFIX)
     if digest is None:
         return None
-    token = hotpath.token_by_digest(digest)
+    if session_id is not None and not 0 < len(session_id) <= MAX_SESSION_ID_CHARS:
+        session_id = None
+    token = hotpath.token_by_digest(digest, session_id)
     now = timezone.now()
     if token is None or not token.is_usable(now) or not token.owner.is_active:
         return None
@@ -131,9 +135,9 @@ def authenticate_token(raw: str | None) -> ClientToken | None:
     return token
 
 
-def authenticate_bearer(raw: str, path: str) -> ClientToken | None:
+def authenticate_bearer(raw: str, path: str, *, session_id: str | None = None) -> ClientToken | None:
     """The usable token for a presented bearer value; a refused one is audited as an attempt."""
-    token = authenticate_token(raw)
+    token = authenticate_token(raw, session_id=session_id)
     if token is None:
         record_refused_token(path, outcome="bad_token")
     return token
@@ -192,7 +196,7 @@ def mint_handle(token: ClientToken, revision: str, client_info: dict) -> McpSess
 
 def find_session(token: ClientToken, session_id: str | None) -> McpSession | None:
     """The open session with this id opened by this token; another principal's id is 'no such session'."""
-    if not session_id or len(session_id) > 64:
+    if not session_id or len(session_id) > MAX_SESSION_ID_CHARS:
         return None
     session = hotpath.open_session_of(token, session_id)
     if session is not None:

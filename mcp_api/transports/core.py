@@ -251,7 +251,7 @@ def authenticate(exchange: Exchange) -> ClientToken:
             "send 'Authorization: Bearer <token>' with a client token from the Forge console "
             "(or 'python manage.py create_token')."
         )
-    token = services.authenticate_bearer(raw, exchange.path)
+    token = services.authenticate_bearer(raw, exchange.path, session_id=exchange.header("mcp-session-id"))
     if token is None:
         raise Unauthorized("this token is unknown, expired or revoked; ask an operator for a new one.")
     return token

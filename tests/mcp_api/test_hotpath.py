@@ -53,3 +53,45 @@ def test_open_session_of_another_token_or_an_ended_session_is_none(cast):
     assert hotpath.open_session_of(cast.other_operator.token, session.id) is None
     do_end_session(session, reason="test")
     assert hotpath.open_session_of(cast.operator.token, session.id) is None
+
+
+def test_a_token_read_with_its_session_id_brings_the_session_in_the_same_statement(
+    cast, django_assert_num_queries
+):
+    session = do_open_session(
+        cast.operator.token, transport=Transport.STREAMABLE_HTTP, protocol_version="2025-11-25", client_info={"a": 1}
+    )
+    token = hotpath.token_by_digest(cast.operator.token.digest, session.id)
+
+    with django_assert_num_queries(0):
+        found = hotpath.open_session_of(token, session.id)
+
+    assert concrete_values(found) == concrete_values(McpSession.objects.get(pk=session.id))
+    assert found.token is token
+
+
+@pytest.mark.parametrize("whose", ["another token's", "an ended", "an unknown"])
+def test_a_session_read_with_a_token_that_did_not_open_it_is_none(cast, whose):
+    session = do_open_session(cast.operator.token, transport=Transport.STREAMABLE_HTTP, protocol_version="2025-11-25")
+    digest, session_id = cast.operator.token.digest, session.id
+    if whose == "another token's":
+        digest = cast.other_operator.token.digest
+    elif whose == "an ended":
+        do_end_session(session, reason="test")
+    else:
+        session_id = "x" * 32
+
+    token = hotpath.token_by_digest(digest, session_id)
+
+    assert token is not None
+    assert hotpath.open_session_of(token, session_id) is None
+
+
+def test_a_session_read_with_the_token_answers_only_for_that_id_and_once(cast):
+    first = do_open_session(cast.operator.token, transport=Transport.STREAMABLE_HTTP, protocol_version="2025-11-25")
+    second = do_open_session(cast.operator.token, transport=Transport.STREAMABLE_HTTP, protocol_version="2025-11-25")
+    token = hotpath.token_by_digest(cast.operator.token.digest, first.id)
+
+    assert hotpath.open_session_of(token, second.id).pk == second.id  # read on its own
+    do_end_session(first, reason="test")
+    assert hotpath.open_session_of(token, first.id) is None  # read again: the kept one was used up
