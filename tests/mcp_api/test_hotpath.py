@@ -55,9 +55,7 @@ def test_open_session_of_another_token_or_an_ended_session_is_none(cast):
     assert hotpath.open_session_of(cast.operator.token, session.id) is None
 
 
-def test_a_token_read_with_its_session_id_brings_the_session_in_the_same_statement(
-    cast, django_assert_num_queries
-):
+def test_a_token_read_with_its_session_id_brings_the_session_in_the_same_statement(cast, django_assert_num_queries):
     session = do_open_session(
         cast.operator.token, transport=Transport.STREAMABLE_HTTP, protocol_version="2025-11-25", client_info={"a": 1}
     )
