@@ -104,6 +104,16 @@ async def test_notification_is_answered_202_with_an_empty_body(cast):
 
     assert response.status == 202
     assert response.body == b""
+    assert response.headers["content-length"] == "0"
+
+
+async def test_a_json_answer_carries_its_length_so_the_server_need_not_chunk_it(cast):
+    session_id = await open_session(cast.operator.raw_token)
+
+    response = await post(cast.operator.raw_token, rpc("tools/list"), session_id=session_id)
+
+    assert response.status == 200
+    assert response.headers["content-length"] == str(len(response.body))
 
 
 # --- the JSON-RPC envelope -------------------------------------------------------------------------
@@ -262,6 +272,7 @@ async def test_delete_ends_the_session_and_reusing_its_id_is_404(cast):
     reused = await post(token, rpc("tools/list"), session_id=session_id)
 
     assert deleted.status == 204
+    assert "content-length" not in deleted.headers  # a 204 has no body to measure
     assert reused.status == 404
     assert (await mcp_session(session_id)).ended_at is not None
     [ended] = await audit_events(EventKind.SESSION_ENDED)
