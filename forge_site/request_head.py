@@ -81,13 +81,26 @@ class HeadLimitedChannel(http.HTTPChannel):
 def serve_with_head_limits() -> None:
     """Make daphne's server build `HeadLimitedChannel`s where Twisted builds `HTTPChannel`s. Call it after
     importing `daphne.server` (which installs the asyncio reactor) and before `Server(...).run()`, which makes
-    its factory from the name patched here."""
+    its factory from the name patched here.
+
+    Its requests also skip Twisted's parsing of a POSTed form into `request.args`: daphne hands the body to the
+    application as it came, and nothing reads those args, yet working out each POST's content type through the
+    `email` package cost about a tenth of a small MCP call's CPU (docs/PERFORMANCE.md, section 14)."""
     from daphne import server
-    from daphne.http_protocol import HTTPFactory
+    from daphne.http_protocol import HTTPFactory, WebRequest
+
+    class FormlessRequest(WebRequest):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs, parsePOSTFormSubmission=False)
 
     class HeadLimitedHTTPFactory(HTTPFactory):
         def protocol(self) -> http._GenericHTTPChannelProtocol:
             # The wrapper Twisted puts around every HTTP/1.1 channel (it switches to HTTP/2 after ALPN).
             return http._GenericHTTPChannelProtocol(HeadLimitedChannel())
+
+        def buildProtocol(self, addr: Any) -> Any:
+            protocol = super().buildProtocol(addr)
+            protocol.requestFactory = FormlessRequest
+            return protocol
 
     server.HTTPFactory = HeadLimitedHTTPFactory
