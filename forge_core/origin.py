@@ -7,6 +7,7 @@ forge the `Origin` and `Host` headers it sends. So a request whose Origin is pre
 
 from __future__ import annotations
 
+from functools import lru_cache
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -18,8 +19,13 @@ LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 def host_allowed(host: str | None) -> bool:
     if host is None:
         return True  # HTTP/1.0 clients; browsers always send Host
+    return _host_in(host, tuple(settings.ALLOWED_HOSTS))
+
+
+@lru_cache(maxsize=1024)  # every request asks; a client sends the same Host each time
+def _host_in(host: str, allowed: tuple[str, ...]) -> bool:
     domain, _port = split_domain_port(host)
-    return bool(domain) and validate_host(domain, settings.ALLOWED_HOSTS)
+    return bool(domain) and validate_host(domain, allowed)
 
 
 def origin_allowed(origin: str | None) -> bool:

@@ -85,7 +85,8 @@ def serve_with_head_limits() -> None:
 
     Its requests also skip Twisted's parsing of a POSTed form into `request.args`: daphne hands the body to the
     application as it came, and nothing reads those args, yet working out each POST's content type through the
-    `email` package cost about a tenth of a small MCP call's CPU (docs/PERFORMANCE.md, section 14)."""
+    `email` package cost about a tenth of a small MCP call's CPU (docs/PERFORMANCE.md, section 14). Nor does
+    Twisted write its access log line for each request."""
     from daphne import server
     from daphne.http_protocol import HTTPFactory, WebRequest
 
@@ -97,6 +98,10 @@ def serve_with_head_limits() -> None:
         def protocol(self) -> http._GenericHTTPChannelProtocol:
             # The wrapper Twisted puts around every HTTP/1.1 channel (it switches to HTTP/2 after ALPN).
             return http._GenericHTTPChannelProtocol(HeadLimitedChannel())
+
+        def log(self, request: Any) -> None:
+            """No access log line per request: like daphne's own (runmcp passes no action logger), Twisted's
+            formatted one for every call, for nobody to read."""
 
         def buildProtocol(self, addr: Any) -> Any:
             protocol = super().buildProtocol(addr)
