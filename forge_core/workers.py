@@ -10,6 +10,7 @@ by the one write lock (`forge_core.sqlite`), for the audit chain by its chain lo
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +31,7 @@ def pool() -> ThreadPoolExecutor:
     return _pool[0]
 
 
+@functools.cache  # made once per function: the wrapper's set-up is a cost on every call otherwise
 def in_pool(func: Callable[..., Any]) -> Callable[..., Any]:
     """`func` as a coroutine function that runs in the pool (with Channels' connection upkeep around it)."""
     return database_sync_to_async(func, thread_sensitive=False, executor=pool())
