@@ -66,6 +66,7 @@ MAX_CALLS_PER_CLIENT = 1_000_000
 MAX_ERRORS_PER_CLIENT = 100
 OPEN_CONCURRENCY = 50
 SETTLE_S = 1.0
+WARM_UP_STREAMS = 32  # opened and closed before an idle-stream measurement (idle_streams)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 StreamKind = Literal["streamable", "legacy"]
@@ -593,6 +594,7 @@ async def idle_streams(
     pid: int | None = None,
     protocol: str = DEFAULT_PROTOCOL,
     budget_s: float = 120.0,
+    warm_up: int = WARM_UP_STREAMS,
 ) -> IdleResult:
     """Hold ``n`` idle SSE streams open at once and measure the server's RSS growth.
 
@@ -600,8 +602,15 @@ async def idle_streams(
     initialized, then each opens its GET stream.  ``kind="legacy"``: ``url`` is
     the GET /sse endpoint; each stream is held once its ``endpoint`` event has
     arrived.  Opening each phase is bounded by ``budget_s``.
+
+    First ``warm_up`` streams are opened at once and closed, unmeasured: what a
+    server sets up once, when it first serves several clients together (a pool
+    of worker threads, each with its database connection), is not a cost per
+    stream.
     """
     raise_fd_limit(n + 512)
+    if warm_up:
+        await idle_streams(url, headers, min(n, warm_up), kind, None, protocol, budget_s, warm_up=0)
 
     def rss() -> int:
         return server_rss_kb(pid) if pid is not None else 0
