@@ -145,8 +145,10 @@ else:
 # PostgreSQL keep it at or below FORGE_DB_POOL_MAX, or requests wait for a connection.
 FORGE_WORKERS = envint("FORGE_WORKERS", 8, minimum=1)
 # How long a thread busy in Python may hold the GIL before `runmcp` has it let others run (Python's default is
-# 5 ms): the event loop every request passes through waits at most this long behind a heavy call.
-FORGE_GIL_SWITCH_MS = envfloat("FORGE_GIL_SWITCH_MS", 0.5, minimum=0.05)
+# 5 ms): the event loop every request passes through waits at most this long behind a heavy call. 0.2 rather
+# than 0.5: another client's ping behind a heavy call, and the CPU per call under 20 clients, both came out
+# lower (docs/PERFORMANCE.md, section 14).
+FORGE_GIL_SWITCH_MS = envfloat("FORGE_GIL_SWITCH_MS", 0.2, minimum=0.05)
 
 REDIS_URL = envstr("REDIS_URL", "")
 CHANNEL_LAYERS: dict[str, dict[str, Any]]
