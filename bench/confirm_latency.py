@@ -42,7 +42,6 @@ import asyncio
 import contextlib
 import json
 import os
-import platform
 import shutil
 import signal
 import subprocess
@@ -193,6 +192,29 @@ def scratch_database() -> Iterator[dict[str, str]]:
         yield overrides
 
 
+def scale_out_configured() -> bool:
+    """Whether DATABASE_URL and REDIS_URL are set, so a scale-out deployment can be measured."""
+    return bool(os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL"))
+
+
+@contextlib.contextmanager
+def scale_out_settings() -> Iterator[dict[str, str]]:
+    """The settings every process of one scale-out deployment gets: a scratch PostgreSQL database (dropped
+    after) and Redis."""
+    with scratch_database() as database:
+        yield {**database, "REDIS_URL": os.environ["REDIS_URL"]}
+
+
+def sibling_settings(first_data_dir: Path) -> dict[str, str]:
+    """What a further process of a deployment shares with the first one (on ``first_data_dir``) besides the
+    database and Redis: the secrets (one audit chain, the same token digests) and the projects. Each process
+    keeps its own data dir (its audit mirror)."""
+    return {
+        "FORGE_SECRETS_DIR": str(first_data_dir / "secrets"),
+        "FORGE_PROJECTS_ROOT": str(first_data_dir / "projects"),
+    }
+
+
 @contextlib.asynccontextmanager
 async def deployment(mode: str) -> AsyncIterator[Deployment]:
     workdir = Path(tempfile.mkdtemp(prefix=f"bench-confirm-{mode}-"))
@@ -205,19 +227,12 @@ async def deployment(mode: str) -> AsyncIterator[Deployment]:
                 ((base, pid, log),) = started
                 yield Deployment(mode, base, base, client_token, operator_token, [pid], [log], env)
             return
-        with scratch_database() as database:
+        with scale_out_settings() as shared:
             data_a, data_b = workdir / "data-a", workdir / "data-b"
             data_a.mkdir()
             data_b.mkdir()
-            shared = {**database, "REDIS_URL": os.environ["REDIS_URL"]}
             env_a, client_token, operator_token = await asyncio.to_thread(prepare, data_a, shared)
-            # B: the same database, Redis, secrets (one audit chain) and projects; its own data dir (mirror).
-            env_b = base_env(
-                data_b,
-                **shared,
-                FORGE_SECRETS_DIR=str(data_a / "secrets"),
-                FORGE_PROJECTS_ROOT=str(data_a / "projects"),
-            )
+            env_b = base_env(data_b, **shared, **sibling_settings(data_a))
             async with servers([env_a, env_b], workdir) as started:
                 (base_a, pid_a, log_a), (base_b, pid_b, log_b) = started
                 yield Deployment(
@@ -449,7 +464,7 @@ class ModeFigures:
 
 def busy_other_ms(pids: list[int]) -> float:
     """CPU (ms) the machine used outside the servers and this client so far."""
-    return ra.machine_busy_ms() - sum(ml.server_cpu_ms(pid) for pid in pids) - time.process_time() * 1000
+    return ra.machine_busy_ms() - ml.server_cpu_ms(pids) - time.process_time() * 1000
 
 
 async def measure(mode: str, args: argparse.Namespace) -> ModeFigures:
@@ -468,7 +483,7 @@ async def measure(mode: str, args: argparse.Namespace) -> ModeFigures:
                     sample = await bench.once()
                     if not sample.ok:
                         figures.errors.append(f"warm-up: {sample.error}")
-                cpu_before = sum(ml.server_cpu_ms(pid) for pid in dep.pids)
+                cpu_before = ml.server_cpu_ms(dep.pids)
                 other_before, wall_before = busy_other_ms(dep.pids), time.monotonic()
                 samples: list[Sample] = []
                 in_a_row = 0
@@ -486,9 +501,7 @@ async def measure(mode: str, args: argparse.Namespace) -> ModeFigures:
                 figures.background_pct = max(busy_other_ms(dep.pids) - other_before, 0.0) * 100 / max(wall * 1000, 1)
                 good = [s for s in samples if s.ok]
                 figures.n, figures.ok, figures.failed = len(samples), len(good), len(samples) - len(good)
-                figures.server_cpu_ms = (sum(ml.server_cpu_ms(pid) for pid in dep.pids) - cpu_before) / max(
-                    len(samples), 1
-                )
+                figures.server_cpu_ms = (ml.server_cpu_ms(dep.pids) - cpu_before) / max(len(samples), 1)
                 figures.outcome = Spread.of([s.outcome_ms for s in good if s.outcome_ms is not None])
                 figures.approve = Spread.of([s.approve_ms for s in good if s.approve_ms is not None])
                 figures.lag = Spread.of([s.lag_ms for s in good if s.lag_ms is not None])
@@ -560,9 +573,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.n = args.n if args.n is not None else (30 if args.quick else 200)
     if args.n < 1 or args.warmup < 0:
         parser.error("--n must be positive and --warmup not negative")
-    scale_out = bool(os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL"))
     wanted = args.modes or set(MODES)
-    if "redis" in wanted and not scale_out:
+    if "redis" in wanted and not scale_out_configured():
         if args.modes:
             parser.error("the redis mode needs DATABASE_URL (postgres://) and REDIS_URL")
         wanted.discard("redis")
@@ -594,16 +606,7 @@ async def run(args: argparse.Namespace) -> list[ModeFigures]:
 
 def main() -> None:
     args = parse_args()
-    print(f"Confirmation latency, {datetime.now().astimezone():%Y-%m-%d %H:%M %Z}")
-    print(
-        f"machine: {os.cpu_count()} cores ({ra.cpu_model()}), Linux {platform.release()},"
-        f" Python {platform.python_version()}"
-    )
-    print(
-        f"options: --n {args.n} --warmup {args.warmup} modes {','.join(args.modes)};"
-        f" load average at start {ra.load_average()}"
-    )
-    print()
+    ra.print_heading("Confirmation latency", f"--n {args.n} --warmup {args.warmup} modes {','.join(args.modes)}")
     started = time.monotonic()
     rows = asyncio.run(run(args))
     print()

@@ -40,7 +40,7 @@ import resource
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
@@ -383,13 +383,18 @@ def process_tree(pid: int) -> list[int]:
     return tree
 
 
-def server_cpu_ms(pid: int) -> float:
-    """User+system CPU time (ms) used so far by the process tree rooted at ``pid``."""
+Pids = int | Sequence[int]
+"""One server's pid, or the pids of a deployment's server processes (their CPU is summed)."""
+
+
+def server_cpu_ms(pids: Pids) -> float:
+    """User+system CPU time (ms) used so far by the process tree rooted at ``pids`` (each of them, if several)."""
     ticks = 0
-    for member in process_tree(pid):
-        with contextlib.suppress(OSError):
-            fields = _stat_fields(member)
-            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    for root in [pids] if isinstance(pids, int) else pids:
+        for member in process_tree(root):
+            with contextlib.suppress(OSError):
+                fields = _stat_fields(member)
+                ticks += int(fields[11]) + int(fields[12])  # utime, stime
     return ticks * 1000 / CLK_TCK
 
 
@@ -412,7 +417,7 @@ def server_rss_kb(pid: int) -> int:
 class CpuWindow:
     """Server CPU (when a pid is known) and this client's CPU over a span of calls."""
 
-    def __init__(self, pid: int | None) -> None:
+    def __init__(self, pid: Pids | None) -> None:
         self.pid = pid
         self.server_start = server_cpu_ms(pid) if pid is not None else 0.0
         self.client_start = time.process_time()
@@ -441,7 +446,7 @@ class LatencyResult:
     client_cpu_ms_per_call: float
 
 
-async def sequential_latency(session: Session, n: int, sse: bool = False, pid: int | None = None) -> LatencyResult:
+async def sequential_latency(session: Session, n: int, sse: bool = False, pid: Pids | None = None) -> LatencyResult:
     """Time ``n`` back-to-back ``server_info`` calls after a short warm-up."""
     for _ in range(WARMUP_CALLS):
         await session.call(TOOL, sse=sse)
@@ -491,7 +496,7 @@ async def concurrent_throughput(
     clients: int = 20,
     duration_s: float = 10.0,
     sse: bool = False,
-    pid: int | None = None,
+    pid: Pids | None = None,
 ) -> ThroughputResult:
     """Run ``clients`` sessions calling ``server_info`` back to back for ``duration_s``.
 

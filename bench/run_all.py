@@ -195,19 +195,23 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def server_env(data_dir: Path) -> dict[str, str]:
+def server_env(data_dir: Path, **settings: str) -> dict[str, str]:
+    """A Forge server's environment: embedded (SQLite, in-memory channel layer) on ``data_dir`` unless
+    ``settings`` name a database and Redis (``DATABASE_URL``, ``REDIS_URL``) or other settings."""
     env = {k: v for k, v in os.environ.items() if k not in SCALE_OUT_ENV}
     env["FORGE_DATA_DIR"] = str(data_dir)
     env["PYTHONUNBUFFERED"] = "1"
     # One bench token holds every idle stream: lift the per-token caps a deployment keeps low.
     for cap in ("FORGE_MAX_SESSIONS_PER_TOKEN", "FORGE_MAX_STREAMS_PER_TOKEN"):
         env[cap] = "1000000"
+    env.update(settings)
     return env
 
 
-def prepare_forge(data_dir: Path) -> str:
-    """Migrate a fresh data dir and create a token in it; return the token."""
-    env = server_env(data_dir)
+def prepare_forge(data_dir: Path, **settings: str) -> str:
+    """Migrate a fresh data dir (and the database ``settings`` name, if any) and create a token in it; return
+    the token."""
+    env = server_env(data_dir, **settings)
     manage = [PYTHON, str(ROOT / "manage.py")]
     subprocess.run(
         [*manage, "migrate", "--no-input"],
@@ -626,14 +630,20 @@ def print_ratios(results: Results) -> None:
 
 
 def print_header(args: argparse.Namespace) -> None:
-    print(f"MCP benchmark, {datetime.now().astimezone():%Y-%m-%d %H:%M %Z}")
+    print_heading(
+        "MCP benchmark",
+        f"--n {args.n} --clients {args.clients} --seconds {args.seconds:g} --streams {args.streams}"
+        f" servers {','.join(args.servers)}",
+    )
+
+
+def print_heading(title: str, options: str) -> None:
+    """The start of a bench run, the same for every bench: what, when, on which machine, with which options."""
+    print(f"{title}, {datetime.now().astimezone():%Y-%m-%d %H:%M %Z}")
     print(
         f"machine: {os.cpu_count()} cores ({cpu_model()}), Linux {platform.release()}, Python {platform.python_version()}"
     )
-    print(
-        f"options: --n {args.n} --clients {args.clients} --seconds {args.seconds:g} --streams {args.streams}"
-        f" servers {','.join(args.servers)}; load average at start {load_average()}"
-    )
+    print(f"options: {options}; load average at start {load_average()}")
     print()
 
 

@@ -1,0 +1,600 @@
+"""Scale-out bench: Forge's JSON call on the embedded deployment and on PostgreSQL + Redis, one and two processes.
+
+Issue 15 asks that the scale-out path cost little more than the embedded one per call and that a second
+process not make a call dearer nor the whole slower. In one run this bench starts, side by side:
+
+* ``embedded``: one ``manage.py runmcp`` (daphne) on SQLite and the in-memory channel layer (the default);
+* ``pg-1``: one ``runmcp`` on a scratch PostgreSQL database (made from ``DATABASE_URL``, dropped after) and
+  Redis (``REDIS_URL``);
+* ``pg-2``: that process and a second one on the same database, Redis, secrets and projects directory
+  (``confirm_latency``'s two-process deployment), the clients split evenly between the two.
+
+Every deployment gets the workload ``run_all.py`` measures for JSON answers (``tools/call server_info`` with
+a bearer token, audited): ``--n`` back-to-back calls on one session (p50/p99, the server CPU per call), then
+``--clients`` sessions calling back to back for ``--seconds`` (calls/s, the server CPU per call). Server CPU
+is the sum over a deployment's server processes (from /proc). All processes stay up for the whole run, so the
+deployments are measured in rounds (``--rounds``, each in the reverse order of the one before: the machine's
+speed drifts over minutes, and a drift shows as rounds that disagree); a process not being measured is idle.
+
+On this kind of machine (two cores) the load client, PostgreSQL, Redis and the servers share the cores, so
+the bench also reports the CPU of PostgreSQL's processes (the postmaster's tree: the backends serving the
+servers, the WAL writer and the rest) and of redis-server per call, the commands Redis ran per call, and
+how busy the machine was (``busy %``, of all cores) and what ran besides all these (``other``, % of one
+core). ``pg-1`` and ``pg-2`` are skipped, with a message, unless both DATABASE_URL and REDIS_URL are set.
+
+``--profile FILE`` then looks at ``pg-1`` and ``pg-2`` more closely: the database work of one call (from
+PostgreSQL's statistics views: transactions, rows read and written, scans per table), py-spy's collapsed
+stacks of the ``pg-1`` process under load (written to FILE, summarised with ``profile_summary.py``), and
+what ``pg-2``'s database connections were doing under load (sampled from ``pg_stat_activity``: running,
+idle in a transaction, waiting for the audit chain's advisory lock or another lock).
+
+    .venv/bin/python bench/scaleout_bench.py                       # embedded only (no DATABASE_URL/REDIS_URL)
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/test REDIS_URL=redis://127.0.0.1:6379/0 \\
+        .venv/bin/python bench/scaleout_bench.py --rounds 2 --profile /tmp/scaleout.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import confirm_latency as cl
+import httpx
+import mcp_load as ml
+import profile_summary
+import psycopg
+import redis
+import run_all as ra
+
+DEPLOYMENTS = {
+    "embedded": "one runmcp, SQLite + in-memory channel layer",
+    "pg-1": "one runmcp, scratch PostgreSQL database + Redis",
+    "pg-2": "two runmcp on that database, Redis, secrets and projects; clients split evenly",
+}
+SCALE_OUT = ("pg-1", "pg-2")
+# Issue 15's aims: (figure, attribute, deployment, reference, aim, whether higher is better).
+AIMS = (
+    ("server CPU ms/call seq", "seq_cpu_ms", "pg-1", "embedded", 1.3, False),
+    ("server CPU ms/call load", "load_cpu_ms", "pg-1", "embedded", 1.3, False),
+    ("server CPU ms/call seq", "seq_cpu_ms", "pg-2", "pg-1", 1.1, False),
+    ("server CPU ms/call load", "load_cpu_ms", "pg-2", "pg-1", 1.1, False),
+    ("calls/s", "calls_per_s", "pg-2", "pg-1", 1.0, True),
+)
+# Figures shown beside the aims, for what they explain.
+CONTEXT = (
+    ("calls/s", "calls_per_s", "pg-1", "embedded"),
+    ("server+PG CPU ms/call load", "deployment_cpu_ms", "pg-1", "embedded"),
+    ("server+PG CPU ms/call load", "deployment_cpu_ms", "pg-2", "pg-1"),
+    ("p50 ms", "p50_ms", "pg-1", "embedded"),
+    ("p99 ms", "p99_ms", "pg-1", "embedded"),
+)
+WARM_UP_S = 2.0
+STATS_FLUSH_S = 11.0  # PostgreSQL 15 flushes an idle backend's statistics within 10 s
+SAMPLE_EVERY_S = 0.02
+
+
+# --------------------------------------------------------------------------
+# The deployments
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class Deployment:
+    """Where a deployment's clients call (split evenly over ``urls``) and the pids of its server processes."""
+
+    name: str
+    urls: list[str]
+    pids: list[int]
+    headers: dict[str, str]
+    database_url: str = ""
+    redis_url: str = ""
+
+    def session_factory(self) -> ml.SessionFactory:
+        urls = itertools.cycle(self.urls)
+
+        async def factory() -> ml.Session:
+            return await ml.streamable_session(next(urls), self.headers)
+
+        return factory
+
+
+@contextlib.asynccontextmanager
+async def deployments(names: list[str], workdir: Path) -> AsyncIterator[dict[str, Deployment]]:
+    """Start every process the named deployments need (pg-1 and pg-2 share the first PostgreSQL process); stop
+    them all and drop the scratch database whatever happens."""
+    with contextlib.ExitStack() as stack:
+        embedded = workdir / "embedded"
+        embedded.mkdir()
+        token = await asyncio.to_thread(ra.prepare_forge, embedded)
+        envs = [ra.server_env(embedded)]
+        shared: dict[str, str] = {}
+        if any(name in SCALE_OUT for name in names):
+            shared = stack.enter_context(cl.scale_out_settings())
+            first, second = workdir / "pg-a", workdir / "pg-b"
+            first.mkdir()
+            second.mkdir()
+            pg_token = await asyncio.to_thread(ra.prepare_forge, first, **shared)
+            envs += [ra.server_env(first, **shared), ra.server_env(second, **shared, **cl.sibling_settings(first))]
+        async with cl.servers(envs, workdir) as started:
+            urls = [f"{base}/mcp" for base, _pid, _log in started]
+            pids = [pid for _base, pid, _log in started]
+            found = {"embedded": Deployment("embedded", urls[:1], pids[:1], {"Authorization": f"Bearer {token}"})}
+            if shared:
+                pg = {"Authorization": f"Bearer {pg_token}"}
+                database, cache = shared["DATABASE_URL"], shared["REDIS_URL"]
+                found["pg-1"] = Deployment("pg-1", urls[1:2], pids[1:2], pg, database, cache)
+                found["pg-2"] = Deployment("pg-2", urls[1:3], pids[1:3], pg, database, cache)
+            yield {name: found[name] for name in names}
+
+
+# --------------------------------------------------------------------------
+# What else ran: PostgreSQL, Redis, the machine
+# --------------------------------------------------------------------------
+
+
+def service_roots(command: str) -> list[int]:
+    """The processes named ``command`` whose parent is not: the roots of a local service's process tree
+    (PostgreSQL's postmaster, redis-server). Empty when the service runs elsewhere."""
+    named: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                if (entry / "comm").read_text().strip() == command:
+                    named[int(entry.name)] = int(ml._stat_fields(int(entry.name))[1])
+    return [pid for pid, parent in named.items() if parent not in named]
+
+
+def redis_commands(url: str) -> int:
+    """Commands Redis has run since its statistics were last reset (all clients)."""
+    with contextlib.closing(redis.Redis.from_url(url)) as client:
+        stats = client.info("commandstats")
+    return sum(int(entry["calls"]) for entry in stats.values())
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """CPU used so far (ms) by the servers, PostgreSQL, Redis, this client and the whole machine."""
+
+    wall: float
+    machine: float
+    servers: float
+    postgres: float
+    redis: float
+    client: float
+    redis_commands: int
+
+    @classmethod
+    def take(cls, dep: Deployment, postgres: list[int], cache: list[int]) -> Snapshot:
+        return cls(
+            wall=time.monotonic(),
+            machine=ra.machine_busy_ms(),
+            servers=ml.server_cpu_ms(dep.pids),
+            postgres=ml.server_cpu_ms(postgres) if postgres else 0.0,
+            redis=ml.server_cpu_ms(cache) if cache else 0.0,
+            client=time.process_time() * 1000,
+            redis_commands=redis_commands(dep.redis_url) if dep.redis_url else 0,
+        )
+
+
+@dataclass
+class Phase:
+    """What a span of calls cost outside the servers' own CPU (per call, or in % of cores)."""
+
+    postgres_ms: float | None = None
+    redis_ms: float | None = None
+    redis_commands: float | None = None
+    busy_pct: float | None = None
+    other_pct: float | None = None
+
+    @classmethod
+    def between(cls, before: Snapshot, after: Snapshot, calls: int, dep: Deployment, local: bool) -> Phase:
+        wall_ms = max((after.wall - before.wall) * 1000, 1.0)
+        calls = max(calls, 1)
+        names = ("machine", "servers", "postgres", "redis", "client")
+        used = {name: getattr(after, name) - getattr(before, name) for name in names}
+        other = used["machine"] - used["servers"] - used["postgres"] - used["redis"] - used["client"]
+        scale_out = bool(dep.database_url)
+        return cls(
+            postgres_ms=used["postgres"] / calls if scale_out and local else None,
+            redis_ms=used["redis"] / calls if scale_out and local else None,
+            redis_commands=(after.redis_commands - before.redis_commands) / calls if scale_out else None,
+            busy_pct=used["machine"] * 100 / (wall_ms * (os.cpu_count() or 1)),
+            other_pct=max(other, 0.0) * 100 / wall_ms,
+        )
+
+
+# --------------------------------------------------------------------------
+# Measurements
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class Figures(ra.CallFigures):
+    """run_all's figures of the JSON call (``server`` is the deployment) with the round, the number of server
+    processes, and what each phase cost PostgreSQL, Redis and the machine (``background_pct``: load's other)."""
+
+    round: int = 0
+    processes: int = 1
+    seq: Phase = field(default_factory=Phase)
+    load: Phase = field(default_factory=Phase)
+
+    @property
+    def deployment_cpu_ms(self) -> float | None:
+        """Under load, the servers' and PostgreSQL's CPU per call together (the embedded server's alone)."""
+        if self.load_cpu_ms is None:
+            return None
+        return self.load_cpu_ms + (self.load.postgres_ms or 0.0)
+
+
+class Services:
+    """The local PostgreSQL and Redis process trees, found once."""
+
+    def __init__(self, deps: dict[str, Deployment]) -> None:
+        scale_out = next((d for d in deps.values() if d.database_url), None)
+        self.postgres = service_roots("postgres") if scale_out and _is_local(scale_out.database_url) else []
+        self.redis = service_roots("redis-server") if scale_out and _is_local(scale_out.redis_url) else []
+
+    def snapshot(self, dep: Deployment) -> Snapshot:
+        return Snapshot.take(dep, self.postgres, self.redis)
+
+    def local(self) -> bool:
+        return bool(self.postgres)
+
+
+def _is_local(url: str) -> bool:
+    return urlsplit(url).hostname in {"127.0.0.1", "localhost", "::1"}
+
+
+async def warm_up(dep: Deployment, args: argparse.Namespace) -> None:
+    """An unmeasured load phase, so that no round pays for threads, pooled connections or caches made once."""
+    await ra.bounded(ml.concurrent_throughput(dep.session_factory(), args.clients, WARM_UP_S), 120)
+
+
+async def measure(dep: Deployment, number: int, args: argparse.Namespace, services: Services) -> Figures:
+    """Sequential calls on one session (on the first process), then ``--clients`` sessions over all processes."""
+    figures = Figures(dep.name, "json", answers="json", round=number, processes=len(dep.pids))
+    timeout = 120 + args.n * 0.2 + args.seconds * 3
+    try:
+        session = await ml.streamable_session(dep.urls[0], dep.headers)
+        try:
+            before = services.snapshot(dep)
+            latency = await ra.bounded(ml.sequential_latency(session, args.n, pid=dep.pids), timeout)
+            # PostgreSQL's and the machine's figures span the warm-up calls too.
+            figures.seq = Phase.between(before, services.snapshot(dep), args.n + ml.WARMUP_CALLS, dep, services.local())
+        finally:
+            await session.close()
+        before = services.snapshot(dep)
+        load = await ra.bounded(
+            ml.concurrent_throughput(dep.session_factory(), args.clients, args.seconds, False, dep.pids), timeout
+        )
+        figures.load = Phase.between(before, services.snapshot(dep), load.calls, dep, services.local())
+        figures.background_pct = figures.load.other_pct
+    except (ml.CallError, httpx.HTTPError, OSError, TimeoutError, redis.RedisError) as exc:
+        figures.failure = f"{type(exc).__name__}: {exc}"[:500]
+        return figures
+    figures.p50_ms, figures.p99_ms, figures.seq_cpu_ms = latency.p50_ms, latency.p99_ms, latency.server_cpu_ms_per_call
+    figures.calls_per_s, figures.load_cpu_ms = load.calls_per_s, load.server_cpu_ms_per_call
+    figures.client_cpu_ms, figures.errors, figures.first_error = (
+        load.client_cpu_ms_per_call,
+        load.errors,
+        load.first_error,
+    )
+    if load.calls == 0:
+        figures.failure = load.first_error or "no call succeeded"
+    return figures
+
+
+def round_order(names: list[str], number: int) -> list[str]:
+    """The deployments of round ``number`` (from 1): in the given order, then reversed, and so on, so that a
+    steady drift of the machine's speed falls on every deployment alike over an even number of rounds."""
+    return names if number % 2 else names[::-1]
+
+
+# --------------------------------------------------------------------------
+# Profile: database work per call, py-spy, what the connections wait on
+# --------------------------------------------------------------------------
+
+TABLE_STATS = """
+SELECT relname, coalesce(seq_scan, 0) + coalesce(idx_scan, 0), n_tup_ins, n_tup_upd, n_tup_del
+FROM pg_stat_user_tables
+"""
+DATABASE_STATS = """
+SELECT xact_commit + xact_rollback, tup_returned, tup_fetched, tup_inserted, tup_updated, tup_deleted
+FROM pg_stat_database WHERE datname = current_database()
+"""
+ACTIVITY = """
+SELECT state, wait_event_type, wait_event FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid()
+"""
+
+
+def database_stats(url: str) -> tuple[list[int], dict[str, list[int]]]:
+    """The database's transaction and row counters, and per table: scans, rows inserted, updated, deleted."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(DATABASE_STATS).fetchone()
+        tables = {name: [int(v or 0) for v in rest] for name, *rest in conn.execute(TABLE_STATS).fetchall()}
+    return [int(v) for v in row or ()], tables
+
+
+async def database_work_per_call(dep: Deployment, calls: int) -> None:
+    """Back-to-back calls on one session of ``dep``, PostgreSQL's statistics read before and after (once the
+    backends have flushed them), printed per call."""
+    url = dep.database_url
+    await asyncio.sleep(STATS_FLUSH_S)
+    totals_before, tables_before = await asyncio.to_thread(database_stats, url)
+    session = await ml.streamable_session(dep.urls[0], dep.headers)
+    try:
+        for _ in range(calls):
+            await session.call(ml.TOOL)
+    finally:
+        await session.close()
+    await asyncio.sleep(STATS_FLUSH_S)
+    totals_after, tables_after = await asyncio.to_thread(database_stats, url)
+    delta = [(a - b) / calls for a, b in zip(totals_after, totals_before, strict=True)]
+    print(
+        f"  database work per call ({calls} sequential calls on {dep.name}, one session opened and closed):"
+        f" {delta[0]:.2f} transactions, rows returned {delta[1]:.1f} / fetched {delta[2]:.1f} / inserted"
+        f" {delta[3]:.2f} / updated {delta[4]:.2f} / deleted {delta[5]:.2f}"
+    )
+    for name in sorted(tables_after):
+        before = tables_before.get(name, [0, 0, 0, 0])
+        moved = [(a - b) / calls for a, b in zip(tables_after[name], before, strict=True)]
+        if any(value >= 0.005 for value in moved):
+            print(
+                f"    {name:<36} scans {moved[0]:.2f}, inserted {moved[1]:.2f}, updated {moved[2]:.2f},"
+                f" deleted {moved[3]:.2f}"
+            )
+
+
+async def connection_states(dep: Deployment, args: argparse.Namespace) -> None:
+    """A load phase on ``dep`` while ``pg_stat_activity`` is sampled: what the servers' connections did."""
+    seen: Counter[str] = Counter()
+    samples = 0
+    done = asyncio.Event()
+
+    def sample_until_done() -> None:
+        nonlocal samples
+        with psycopg.connect(dep.database_url, autocommit=True) as conn:
+            while not done.is_set():
+                for state, wait_type, wait in conn.execute(ACTIVITY).fetchall():
+                    seen[f"{state or '?'}: {wait_type}/{wait}" if wait_type else f"{state or '?'}: on CPU"] += 1
+                samples += 1
+                time.sleep(SAMPLE_EVERY_S)
+
+    sampler = asyncio.create_task(asyncio.to_thread(sample_until_done))
+    try:
+        load = await ra.bounded(ml.concurrent_throughput(dep.session_factory(), args.clients, args.seconds), 300)
+    finally:
+        done.set()
+        await sampler
+    print(
+        f"  {dep.name} connections under load ({load.calls_per_s:.0f} calls/s, {samples} samples of"
+        f" pg_stat_activity; mean connections per sample in each state):"
+    )
+    for what, count in seen.most_common(12):
+        print(f"    {what:<44} {count / max(samples, 1):.2f}")
+
+
+async def profile(deps: dict[str, Deployment], args: argparse.Namespace) -> None:
+    print("== profile", flush=True)
+    pg_1, pg_2 = deps.get("pg-1"), deps.get("pg-2")
+    if pg_1 is None or pg_2 is None:
+        print("  skipped: --profile needs pg-1 and pg-2")
+        return
+    await database_work_per_call(pg_1, max(args.n, 100))
+    await connection_states(pg_2, args)
+    spec = ra.SERVERS["forge"]
+    server = ra.Running(spec, pg_1.pids[0], pg_1.urls[0], "", pg_1.headers, Path(os.devnull))
+    await ra.profile_json_load(server, args)
+    with contextlib.suppress(OSError):
+        profile_summary.summarise(args.profile, 25, exclude_epoll=True)
+
+
+# --------------------------------------------------------------------------
+# Report
+# --------------------------------------------------------------------------
+
+
+def _f(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def mean_of(rows: list[Figures], name: str, attribute: str) -> float | None:
+    values = [getattr(r, attribute) for r in rows if r.server == name and not r.failure]
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def ratio(ours: float | None, reference: float | None) -> float | None:
+    return None if ours is None or not reference else ours / reference
+
+
+def verdict(value: float | None, aim: float, higher_is_better: bool) -> str:
+    if value is None:
+        return "-"
+    met = value >= aim if higher_is_better else value <= aim
+    return "met" if met else "NOT met"
+
+
+def print_table(rows: list[Figures]) -> None:
+    header = (
+        f"{'deployment':<10} {'rnd':>3} {'procs':>5} {'p50 ms':>7} {'p99 ms':>7} {'seq srv':>8} {'seq PG':>7}"
+        f" {'calls/s':>8} {'load srv':>8} {'load PG':>7} {'redis':>6} {'cmd/c':>6} {'client':>7} {'err':>4}"
+        f" {'busy %':>6} {'other':>6}"
+    )
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        if r.failure and r.p50_ms is None:
+            print(f"{r.server:<10} {r.round:>3} {r.processes:>5} failed: {r.failure}")
+            continue
+        print(
+            f"{r.server:<10} {r.round:>3} {r.processes:>5} {_f(r.p50_ms):>7} {_f(r.p99_ms):>7}"
+            f" {_f(r.seq_cpu_ms, 3):>8} {_f(r.seq.postgres_ms, 3):>7} {_f(r.calls_per_s, 0):>8}"
+            f" {_f(r.load_cpu_ms, 3):>8} {_f(r.load.postgres_ms, 3):>7} {_f(r.load.redis_ms, 3):>6}"
+            f" {_f(r.load.redis_commands, 1):>6} {_f(r.client_cpu_ms):>7} {r.errors if r.errors is not None else '-':>4}"
+            f" {_f(r.load.busy_pct, 0):>6} {_f(r.load.other_pct, 0):>6}"
+        )
+    for r in rows:
+        if r.first_error:
+            print(f"  {r.server} round {r.round}: {r.first_error}")
+    print(
+        "seq srv / load srv: the deployment's server processes' CPU ms per call, sequential (one session on the"
+        " first process) / under --clients sessions; seq PG / load PG: PostgreSQL's processes' CPU ms per call;"
+        " redis: redis-server's CPU ms per call; cmd/c: Redis commands per call; client: the load client's CPU ms"
+        " per call; busy %: the whole machine under load, % of all cores; other: CPU of everything else under"
+        " load, % of one core"
+    )
+
+
+def print_ratios(rows: list[Figures]) -> None:
+    rounds = sorted({r.round for r in rows})
+    per_round = " ".join(f"{'r' + str(n):>6}" for n in rounds)
+    header = f"{'figure':<27} {'deployment':<10} {'against':<9} {'value':>8} {'ref':>8} {'ratio':>7} {per_round} {'aim':>8} {'':>7}"
+    print(header)
+    print("-" * len(header))
+    lines = [(label, attr, ours, ref, aim, higher) for label, attr, ours, ref, aim, higher in AIMS]
+    lines += [(label, attr, ours, ref, None, False) for label, attr, ours, ref in CONTEXT]
+    for label, attr, ours, ref, aim, higher in lines:
+        value, reference = mean_of(rows, ours, attr), mean_of(rows, ref, attr)
+        shown = ratio(value, reference)
+        each = []
+        for number in rounds:
+            in_round = [r for r in rows if r.round == number]
+            each.append(_x(ratio(mean_of(in_round, ours, attr), mean_of(in_round, ref, attr))))
+        bound = "-" if aim is None else f"{'>=' if higher else '<='} {aim:.1f}x"
+        met = "" if aim is None else verdict(shown, aim, higher)
+        print(
+            f"{label:<27} {ours:<10} {ref:<9} {_f(value, 3):>8} {_f(reference, 3):>8} {_x(shown):>7}"
+            f" {' '.join(f'{e:>6}' for e in each)} {bound:>8} {met:>7}"
+        )
+    print(
+        "value / ref: means over the rounds; ratio: of the means; r1, r2, ...: each round's own ratio (rounds that"
+        " disagree show the machine's drift); aim: issue 15's bound"
+    )
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def print_notes(rows: list[Figures]) -> None:
+    busy = [r.load.busy_pct for r in rows if r.load.busy_pct is not None]
+    cores = os.cpu_count() or 1
+    print(
+        f"The load client, PostgreSQL, Redis and every server share this machine's {cores} cores; under load the"
+        f" machine was {min(busy, default=0):.0f}-{max(busy, default=0):.0f}% busy. When it is near 100%, calls/s"
+        " is bound by the cores, not by the deployment, and a second server process can only share them."
+    )
+    scale_out = [r for r in rows if r.server in SCALE_OUT and not r.failure]
+    if scale_out and all(r.load.postgres_ms is None for r in scale_out):
+        print("PostgreSQL was not found on this machine: its CPU and Redis's are not shown.")
+
+
+# --------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, help="sequential calls per deployment and round (300; --quick 100)")
+    parser.add_argument("--seconds", type=float, help="duration of each load phase (10; --quick 3)")
+    parser.add_argument("--clients", type=int, default=20, help="concurrent clients under load (20)")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds over the deployments, alternating order (2)")
+    parser.add_argument("--quick", action="store_true", help="small numbers for a smoke run")
+    parser.add_argument(
+        "--deployments",
+        type=ml.csv_of(tuple(DEPLOYMENTS)),
+        help=f"subset of {','.join(DEPLOYMENTS)} (all; pg-1 and pg-2 need DATABASE_URL and REDIS_URL)",
+    )
+    parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="after the rounds, count pg-1's database work per call, sample what pg-2's connections wait on, and"
+        " record pg-1 under load with py-spy, writing its collapsed stacks here",
+    )
+    args = parser.parse_args(argv)
+    defaults = (100, 3.0) if args.quick else (300, 10.0)
+    args.n = args.n if args.n is not None else defaults[0]
+    args.seconds = args.seconds if args.seconds is not None else defaults[1]
+    if min(args.n, args.clients, args.rounds) < 1 or args.seconds <= 0:
+        parser.error("--n, --clients, --rounds and --seconds must be positive")
+    wanted = args.deployments or set(DEPLOYMENTS)
+    if wanted & set(SCALE_OUT) and not cl.scale_out_configured():
+        if args.deployments:
+            parser.error("pg-1 and pg-2 need DATABASE_URL (postgres://) and REDIS_URL")
+        wanted -= set(SCALE_OUT)
+        print("pg-1 and pg-2 skipped: set DATABASE_URL (postgres://) and REDIS_URL to measure PostgreSQL + Redis")
+    args.deployments = [name for name in DEPLOYMENTS if name in wanted]
+    return args
+
+
+async def run(args: argparse.Namespace) -> list[Figures]:
+    loop = asyncio.get_running_loop()
+    main_task = asyncio.current_task()
+    assert main_task is not None
+    loop.add_signal_handler(signal.SIGTERM, main_task.cancel)  # stop the servers on SIGTERM too
+    ml.raise_fd_limit(ra.FD_LIMIT)
+    rows: list[Figures] = []
+    with tempfile.TemporaryDirectory(prefix="bench-scaleout-") as workdir:
+        async with deployments(args.deployments, Path(workdir)) as deps:
+            services = Services(deps)
+            for dep in deps.values():
+                print(f"== {dep.name}: {DEPLOYMENTS[dep.name]}; pids {','.join(map(str, dep.pids))}", flush=True)
+                await warm_up(dep, args)
+            for number in range(1, args.rounds + 1):
+                for name in round_order(args.deployments, number):
+                    row = await measure(deps[name], number, args, services)
+                    rows.append(row)
+                    print(f"  round {number} {name}: {_summary(row)}", flush=True)
+            if args.profile:
+                await profile(deps, args)
+    return rows
+
+
+def _summary(r: Figures) -> str:
+    if r.failure and r.p50_ms is None:
+        return f"failed: {r.failure}"
+    return (
+        f"p50 {_f(r.p50_ms)} ms, {_f(r.calls_per_s, 0)} calls/s, server CPU {_f(r.seq_cpu_ms, 3)}/"
+        f"{_f(r.load_cpu_ms, 3)} ms/call, PG {_f(r.load.postgres_ms, 3)} ms/call, busy {_f(r.load.busy_pct, 0)}%"
+    )
+
+
+def main() -> None:
+    args = parse_args()
+    ra.print_heading(
+        "Scale-out bench",
+        f"--n {args.n} --clients {args.clients} --seconds {args.seconds:g} --rounds {args.rounds}"
+        f" deployments {','.join(args.deployments)}",
+    )
+    started = time.monotonic()
+    try:
+        rows = asyncio.run(run(args))
+    except (RuntimeError, OSError, subprocess.SubprocessError, psycopg.Error) as exc:
+        raise SystemExit(f"set-up failed: {exc}") from exc
+    ra.report(
+        args,
+        started,
+        [lambda: print_table(rows), lambda: print_ratios(rows), lambda: print_notes(rows)],
+        {"rows": [asdict(r) | {"deployment_cpu_ms": r.deployment_cpu_ms} for r in rows]},
+        skip=frozenset({"profile"}),
+    )
+
+
+if __name__ == "__main__":
+    main()
