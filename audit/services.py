@@ -231,8 +231,10 @@ def record(
 
 
 def _append_in_transaction(events: list[AuditEvent]) -> None:
+    # No savepoint: a row that cannot be appended dooms the caller's whole transaction (fail closed), so
+    # there is nothing to roll back to; and a savepoint costs two statements (round trips on PostgreSQL).
     try:
-        with transaction.atomic():
+        with transaction.atomic(savepoint=False):
             lock_chain()
             _append(events)
     except (DatabaseError, MirrorError) as exc:

@@ -227,7 +227,8 @@ def transition(
         current.updated_at = timezone.now()
         current.detail = reason[:200]
         current.mac = sealing.mac(current.mac_parts())
-        current.save()
+        # Only what the step changes: the sealed target, intent and snapshot stay as they are on disk.
+        current.save(update_fields=["state", "version", "updated_at", "detail", "mac", *(changes or {})])
         if to in RESERVING_STATES:
             _reserve(current)
         else:

@@ -154,7 +154,8 @@ def _move(confirmation: PendingConfirmation, to: str, **changes: Any) -> Pending
     confirmation.state = to
     for name, value in changes.items():
         setattr(confirmation, name, value)
-    confirmation.save()
+    # Only what the move changes: the rest (the preview with its diff above all) is as it was sealed.
+    confirmation.save(update_fields=["state", *changes])
     _announce(confirmation)
     return confirmation
 
@@ -335,8 +336,14 @@ def do_approve_confirmation(confirmation_id: Any, *, acting_user: User, typed_id
                 status=400,
             )
         confirmation.decided_by, confirmation.decided_at = acting_user, timezone.now()
-        confirmation.decision_seal = sealing.mac(confirmation.decision_parts())
-        _move(confirmation, C.APPROVED)
+        decision_seal = sealing.mac(confirmation.decision_parts())
+        _move(
+            confirmation,
+            C.APPROVED,
+            decided_by=acting_user,
+            decided_at=confirmation.decided_at,
+            decision_seal=decision_seal,
+        )
         _audit(confirmation, EventKind.CONFIRMATION_DECIDED, "approved", called_by=acting_user.get_username())
 
     try:

@@ -21,11 +21,13 @@ from django.utils import timezone
 
 from audit.models import EventKind
 from audit.services import record
+from forge_core.canonical import canonical_json
 from forge_core.capabilities import IntentRefused, Observation, Step, TargetMissing
 from projects import drafts, operations
 from projects.files import PathOutsideRoot, inside_root, write_atomically
 from projects.models import Project
 from projects.plcopen import documents
+from projects.recent import RecentValues
 
 APPLY_OPERATIONS = "apply_operations"
 ACCEPT_DRAFT = "accept_draft"  # the same transformation, and the draft's groups become accepted
@@ -104,12 +106,35 @@ def applied(document: documents.ProjectDocument, intent: Mapping[str, Any]) -> t
     return result, documents.serialize(result.doc)
 
 
+RESULTS_KEPT = 4
+# The bytes an intent makes of a file, by the file's fingerprint and the intent. A proposal's preview makes
+# them and the executor carrying out its approval needs exactly them again: an apply and a serialization,
+# costly on a large project. The executor still compares their fingerprint with the one the operator
+# reviewed, and they are in this process's memory only.
+_results: RecentValues[tuple[str, str], bytes] = RecentValues(RESULTS_KEPT)
+
+
+def _result_key(current: bytes, intent: Mapping[str, Any]) -> tuple[str, str]:
+    return documents.fingerprint(current), canonical_json(intent)
+
+
+def remember_result(current: bytes, intent: Mapping[str, Any], result: bytes) -> None:
+    """Keep what `applied` made of `current`, for `apply_intent` on the same bytes and intent."""
+    _results.put(_result_key(current, intent), result)
+
+
 def apply_intent(current: bytes, intent: Mapping[str, Any]) -> bytes:
     """The file's new bytes: the same for the same input, so a preview and the write agree exactly."""
+    key = _result_key(current, intent)
+    kept = _results.get(key)
+    if kept is not None:
+        return kept
     try:
-        return applied(documents.load(current), intent)[1]
+        result = applied(documents.load(current), intent)[1]
     except (documents.ProjectFormatError, operations.OperationRefused, KeyError, ValueError) as exc:
         raise IntentRefused(f"the change no longer applies: {exc}") from None
+    _results.put(key, result)
+    return result
 
 
 def do_record_written(slug: str, fingerprint: str, *, actor: str, label: str) -> int:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from projects import findings
-from projects.capability import applied
+from projects.capability import applied, remember_result
 from projects.plcopen import documents
 
 DIFF_MAX_LINES = 400
@@ -53,6 +53,7 @@ def preview_change(current: bytes, intent: Mapping[str, Any], *, name: str) -> P
     """Apply an intent to a file's bytes; OperationRefused (with the index) when it does not apply."""
     document = documents.load(current)
     result, after = applied(document, intent)
+    remember_result(current, intent, after)
     before_findings = _findings(document.root)
     after_findings = _findings(result.doc.root)
     added = [after_findings[key] for key in after_findings.keys() - before_findings.keys()]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from channels.db import database_sync_to_async
 from django.db import DatabaseError, connection, transaction
+from django.db.transaction import TransactionManagementError
 
 from access.models import ClientToken
 from access.services import do_create_token, do_revoke_token
@@ -104,16 +105,32 @@ def test_revoking_a_token_when_the_database_refuses_the_audit_row_leaves_it_usab
     assert mirror_lines(mirror_path) == lines_before
 
 
+@pytest.mark.django_db
+def test_a_row_that_cannot_be_appended_dooms_the_transaction_it_was_part_of(cast, unwritable_mirror):
+    """No savepoint to fall back to: a caller that swallowed the refusal could not commit its change anyway."""
+    token = cast.caretaker.token
+    with pytest.raises(TransactionManagementError), transaction.atomic():
+        ClientToken.objects.filter(pk=token.pk).update(label="changed without its row")
+        with pytest.raises(AuditUnavailable):
+            record(EventKind.TOOL_CALL, tool="test.refused")
+        ClientToken.objects.filter(pk=token.pk).update(label="and again")
+
+    token.refresh_from_db()
+    assert token.label != "changed without its row"
+
+
 # --- the mirror after a failure --------------------------------------------------------------------
 
 
 @pytest.mark.django_db
 def test_appending_resumes_once_the_mirror_can_be_written_again(cast, unwritable_mirror, settings, mirror_path):
-    with pytest.raises(AuditUnavailable):
+    # Each in a transaction of its own, as callers append: the failed one's transaction is lost with it.
+    with pytest.raises(AuditUnavailable), transaction.atomic():
         record(EventKind.TOOL_CALL, tool="test.refused")
     settings.FORGE_AUDIT_LOG = mirror_path
 
-    event = record(EventKind.TOOL_CALL, tool="test.accepted")
+    with transaction.atomic():
+        event = record(EventKind.TOOL_CALL, tool="test.accepted")
 
     assert event.seq == AuditEvent.objects.count()
     assert len(mirror_lines(mirror_path)) == event.seq
