@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from django.db import models
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 
 class EventKind(models.TextChoices):
@@ -38,6 +39,16 @@ class EventKind(models.TextChoices):
     OPERATOR_CREATED = "operator_created"
 
 
+class RowidKey(models.BigIntegerField):
+    """A 64-bit primary key that SQLite keeps as the table's rowid. SQLite makes a key its rowid only when it is
+    declared `INTEGER PRIMARY KEY`, that type name exactly: a `bigint` key is a column beside a hidden rowid,
+    with a second b-tree to find it by, so every append inserts into two b-trees and writes their pages
+    (migration 0005). PostgreSQL keeps `bigint`."""
+
+    def db_type(self, connection: BaseDatabaseWrapper) -> str | None:
+        return "integer" if connection.vendor == "sqlite" else super().db_type(connection)
+
+
 class AppendOnly(models.Model):
     class Meta:
         abstract = True
@@ -58,7 +69,7 @@ class AuditEvent(AppendOnly):
     range) is indexed besides the key and the MAC. The API and the console filter by the other fields while
     reading in `seq` order, which needs no index of them (docs/PERFORMANCE.md, section 14)."""
 
-    seq = models.BigIntegerField(primary_key=True)
+    seq = RowidKey(primary_key=True)
     ts = models.DateTimeField(db_index=True)
     kind = models.CharField(max_length=40, choices=EventKind.choices)
     tool = models.CharField(max_length=100, blank=True)
@@ -85,7 +96,7 @@ class AuditEvent(AppendOnly):
 class AuditTreeNode(AppendOnly):
     """The hash of one perfect subtree of the RFC 9162 tree over the events: leaves [index*2^level, +2^level)."""
 
-    key = models.BigIntegerField(primary_key=True, help_text="level << 48 | index")
+    key = RowidKey(primary_key=True, help_text="level << 48 | index")
     level = models.PositiveSmallIntegerField()
     index = models.BigIntegerField()
     hash = models.BinaryField(max_length=32)
@@ -97,7 +108,7 @@ class AuditTreeNode(AppendOnly):
 class AuditCheckpoint(AppendOnly):
     """A signed statement of the tree's size and root hash, in the C2SP signed-note checkpoint form."""
 
-    size = models.BigIntegerField(primary_key=True)
+    size = RowidKey(primary_key=True)
     root = models.BinaryField(max_length=32)
     note = models.TextField()
     created_at = models.DateTimeField()
