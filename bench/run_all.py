@@ -432,15 +432,37 @@ def thread_cpu_ms(pid: int) -> dict[int, float]:
     return used
 
 
+def start_py_spy(pid: int, seconds: int, output: Path, *, gil: bool = True) -> subprocess.Popen[bytes]:
+    """py-spy recording ``pid`` for ``seconds`` into ``output`` (collapsed stacks, ``--format raw``).
+
+    With ``gil`` it samples the thread holding the GIL, i.e. where Python spends CPU (but a thread that let the GIL
+    go and waits on a socket still counts as its holder while no other thread takes it); without, every thread
+    the kernel has on a CPU. --nonblocking keeps the thread split close to /proc's (pausing the process at each
+    sample skews it towards the executor)."""
+    py_spy = shutil.which("py-spy") or str(Path(PYTHON).parent / "py-spy")
+    command = [py_spy, "record", "--pid", str(pid), "--duration", str(seconds), "--rate", "250", "--nonblocking"]
+    command += ["--gil"] if gil else []
+    command += ["--format", "raw", "--output", str(output)]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+async def stop_py_spy(spy: subprocess.Popen[bytes], seconds: int) -> None:
+    """Wait for py-spy to write its stacks (saying so if it failed); stop it if it overstays."""
+    try:
+        _out, err = await asyncio.to_thread(spy.communicate, timeout=seconds + 30)
+        if spy.returncode != 0:
+            print(f"  profile: py-spy failed ({spy.returncode}): {err.decode(errors='replace')[-500:]}")
+    finally:
+        if spy.poll() is None:
+            spy.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                spy.wait(timeout=STOP_TIMEOUT_S)
+
+
 async def profile_json_load(server: Running, args: argparse.Namespace) -> None:
     """An extra (unmeasured) JSON load phase with py-spy attached, writing collapsed stacks."""
-    py_spy = shutil.which("py-spy") or str(Path(PYTHON).parent / "py-spy")
     seconds = max(int(args.seconds), 5)
-    command = [py_spy, "record", "--pid", str(server.pid), "--duration", str(seconds)]
-    # --gil samples the thread holding the GIL, i.e. where Python spends CPU; --nonblocking keeps the
-    # thread split close to /proc's (pausing the process at each sample skews it towards the executor).
-    command += ["--rate", "250", "--gil", "--nonblocking", "--format", "raw", "--output", str(args.profile)]
-    spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    spy = start_py_spy(server.pid, seconds, args.profile)
     try:
         await asyncio.sleep(0.5)  # let py-spy attach before the load starts
 
@@ -458,14 +480,8 @@ async def profile_json_load(server: Running, args: argparse.Namespace) -> None:
             f"{ml._fmt(load.server_cpu_ms_per_call)} ms/call (slowed by py-spy): event-loop thread "
             f"{main / calls:.3f}, other threads {others / calls:.3f} ms/call; stacks in {args.profile}"
         )
-        _out, err = await asyncio.to_thread(spy.communicate, timeout=seconds + 30)
-        if spy.returncode != 0:
-            print(f"  profile: py-spy failed ({spy.returncode}): {err.decode(errors='replace')[-500:]}")
     finally:
-        if spy.poll() is None:
-            spy.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                spy.wait(timeout=STOP_TIMEOUT_S)
+        await stop_py_spy(spy, seconds)
 
 
 async def bench_server(spec: ServerSpec, args: argparse.Namespace, results: Results) -> None:

@@ -16,17 +16,24 @@ is the sum over a deployment's server processes (from /proc). All processes stay
 deployments are measured in rounds (``--rounds``, each in the reverse order of the one before: the machine's
 speed drifts over minutes, and a drift shows as rounds that disagree); a process not being measured is idle.
 
+``--deployments`` can add ``pg-2-mirror``: ``pg-2`` with a third process in the second one's place that appends
+to the first process's audit mirror file rather than keeping its own (each process's own mirror must copy in
+the other's lines before every append of its own).
+
 On this kind of machine (two cores) the load client, PostgreSQL, Redis and the servers share the cores, so
-the bench also reports the CPU of PostgreSQL's processes (the postmaster's tree: the backends serving the
-servers, the WAL writer and the rest) and of redis-server per call, the commands Redis ran per call, and
-how busy the machine was (``busy %``, of all cores) and what ran besides all these (``other``, % of one
-core). ``pg-1`` and ``pg-2`` are skipped, with a message, unless both DATABASE_URL and REDIS_URL are set.
+the bench also reports PostgreSQL's CPU per call (the backends connected to the scratch database, found in
+``pg_stat_activity``, and the WAL writer, background writer and checkpointer), redis-server's, the commands
+Redis ran per call (all its clients), how busy the machine was (``busy %``, of all cores) and what ran
+besides all these (``other``, % of one core: other people's work on a shared machine shows there). The
+PostgreSQL deployments are skipped, with a message, unless both DATABASE_URL and REDIS_URL are set.
 
 ``--profile FILE`` then looks at ``pg-1`` and ``pg-2`` more closely: the database work of one call (from
-PostgreSQL's statistics views: transactions, rows read and written, scans per table), py-spy's collapsed
-stacks of the ``pg-1`` process under load (written to FILE, summarised with ``profile_summary.py``), and
-what ``pg-2``'s database connections were doing under load (sampled from ``pg_stat_activity``: running,
-idle in a transaction, waiting for the audit chain's advisory lock or another lock).
+PostgreSQL's statistics views: transactions, rows read and written, scans per table), then a load phase on
+each with py-spy on its first process, once sampling the GIL's holder (where the CPU goes) and once all
+threads (where the worker threads' wall time goes, waits included), written as collapsed stacks to FILE,
+FILE.wall, FILE.pg-2 and FILE.pg-2.wall and summarised with ``profile_summary.py``, while what their database
+connections were doing is sampled from ``pg_stat_activity`` (running, idle in a transaction, waiting for the
+audit chain's advisory lock or another lock).
 
     .venv/bin/python bench/scaleout_bench.py                       # embedded only (no DATABASE_URL/REDIS_URL)
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/test REDIS_URL=redis://127.0.0.1:6379/0 \\
@@ -62,8 +69,10 @@ DEPLOYMENTS = {
     "embedded": "one runmcp, SQLite + in-memory channel layer",
     "pg-1": "one runmcp, scratch PostgreSQL database + Redis",
     "pg-2": "two runmcp on that database, Redis, secrets and projects; clients split evenly",
+    "pg-2-mirror": "pg-2, but the second process appends to the first's audit mirror file instead of its own",
 }
-SCALE_OUT = ("pg-1", "pg-2")
+SCALE_OUT = ("pg-1", "pg-2", "pg-2-mirror")
+DEFAULT_DEPLOYMENTS = ("embedded", "pg-1", "pg-2")
 # Issue 15's aims: (figure, attribute, deployment, reference, aim, whether higher is better).
 AIMS = (
     ("server CPU ms/call seq", "seq_cpu_ms", "pg-1", "embedded", 1.3, False),
@@ -77,6 +86,8 @@ CONTEXT = (
     ("calls/s", "calls_per_s", "pg-1", "embedded"),
     ("server+PG CPU ms/call load", "deployment_cpu_ms", "pg-1", "embedded"),
     ("server+PG CPU ms/call load", "deployment_cpu_ms", "pg-2", "pg-1"),
+    ("server CPU ms/call load", "load_cpu_ms", "pg-2-mirror", "pg-1"),
+    ("calls/s", "calls_per_s", "pg-2-mirror", "pg-1"),
     ("p50 ms", "p50_ms", "pg-1", "embedded"),
     ("p99 ms", "p99_ms", "pg-1", "embedded"),
 )
@@ -112,8 +123,8 @@ class Deployment:
 
 @contextlib.asynccontextmanager
 async def deployments(names: list[str], workdir: Path) -> AsyncIterator[dict[str, Deployment]]:
-    """Start every process the named deployments need (pg-1 and pg-2 share the first PostgreSQL process); stop
-    them all and drop the scratch database whatever happens."""
+    """Start every process the named deployments need (the PostgreSQL ones share their first process); stop them
+    all and drop the scratch database whatever happens."""
     with contextlib.ExitStack() as stack:
         embedded = workdir / "embedded"
         embedded.mkdir()
@@ -122,11 +133,17 @@ async def deployments(names: list[str], workdir: Path) -> AsyncIterator[dict[str
         shared: dict[str, str] = {}
         if any(name in SCALE_OUT for name in names):
             shared = stack.enter_context(cl.scale_out_settings())
-            first, second = workdir / "pg-a", workdir / "pg-b"
-            first.mkdir()
-            second.mkdir()
-            pg_token = await asyncio.to_thread(ra.prepare_forge, first, **shared)
-            envs += [ra.server_env(first, **shared), ra.server_env(second, **shared, **cl.sibling_settings(first))]
+            first, second, third = workdir / "pg-a", workdir / "pg-b", workdir / "pg-c"
+            for data_dir in (first, second, third):
+                data_dir.mkdir()
+            mirror = {"FORGE_AUDIT_LOG": str(first / "audit" / "audit.jsonl")}
+            pg_token = await asyncio.to_thread(ra.prepare_forge, first, **shared, **mirror)
+            envs += [
+                ra.server_env(first, **shared, **mirror),
+                ra.server_env(second, **shared, **cl.sibling_settings(first)),
+            ]
+            if "pg-2-mirror" in names:
+                envs.append(ra.server_env(third, **shared, **cl.sibling_settings(first), **mirror))
         async with cl.servers(envs, workdir) as started:
             urls = [f"{base}/mcp" for base, _pid, _log in started]
             pids = [pid for _base, pid, _log in started]
@@ -136,6 +153,9 @@ async def deployments(names: list[str], workdir: Path) -> AsyncIterator[dict[str
                 database, cache = shared["DATABASE_URL"], shared["REDIS_URL"]
                 found["pg-1"] = Deployment("pg-1", urls[1:2], pids[1:2], pg, database, cache)
                 found["pg-2"] = Deployment("pg-2", urls[1:3], pids[1:3], pg, database, cache)
+                if len(pids) > 3:
+                    both = [urls[1], urls[3]], [pids[1], pids[3]]
+                    found["pg-2-mirror"] = Deployment("pg-2-mirror", *both, pg, database, cache)
             yield {name: found[name] for name in names}
 
 
@@ -146,7 +166,7 @@ async def deployments(names: list[str], workdir: Path) -> AsyncIterator[dict[str
 
 def service_roots(command: str) -> list[int]:
     """The processes named ``command`` whose parent is not: the roots of a local service's process tree
-    (PostgreSQL's postmaster, redis-server). Empty when the service runs elsewhere."""
+    (redis-server). Empty when the service runs elsewhere."""
     named: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -163,26 +183,47 @@ def redis_commands(url: str) -> int:
     return sum(int(entry["calls"]) for entry in stats.values())
 
 
+POSTGRES_PROCESSES = """
+SELECT pid FROM pg_stat_activity
+WHERE (datname = current_database() AND pid <> pg_backend_pid())
+   OR backend_type IN ('walwriter', 'background writer', 'checkpointer')
+"""
+
+
+def postgres_cpu_ms(url: str) -> dict[int, float]:
+    """CPU (ms) used so far by each PostgreSQL process working for the database at ``url``: its backends, and the
+    WAL writer, background writer and checkpointer (which also serve any other busy database). Empty when
+    PostgreSQL runs on another machine."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        pids = [int(row[0]) for row in conn.execute(POSTGRES_PROCESSES).fetchall()]
+    used: dict[int, float] = {}
+    for pid in pids:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = ml._stat_fields(pid)
+            used[pid] = (int(fields[11]) + int(fields[12])) * 1000 / ml.CLK_TCK
+    return used
+
+
 @dataclass(frozen=True)
 class Snapshot:
-    """CPU used so far (ms) by the servers, PostgreSQL, Redis, this client and the whole machine."""
+    """CPU used so far (ms) by the servers, PostgreSQL (by process), Redis, this client and the whole machine."""
 
     wall: float
     machine: float
     servers: float
-    postgres: float
+    postgres: dict[int, float]
     redis: float
     client: float
     redis_commands: int
 
     @classmethod
-    def take(cls, dep: Deployment, postgres: list[int], cache: list[int]) -> Snapshot:
+    def take(cls, dep: Deployment, redis_roots: list[int]) -> Snapshot:
         return cls(
             wall=time.monotonic(),
             machine=ra.machine_busy_ms(),
             servers=ml.server_cpu_ms(dep.pids),
-            postgres=ml.server_cpu_ms(postgres) if postgres else 0.0,
-            redis=ml.server_cpu_ms(cache) if cache else 0.0,
+            postgres=postgres_cpu_ms(dep.database_url) if dep.database_url else {},
+            redis=ml.server_cpu_ms(redis_roots) if redis_roots else 0.0,
             client=time.process_time() * 1000,
             redis_commands=redis_commands(dep.redis_url) if dep.redis_url else 0,
         )
@@ -199,17 +240,19 @@ class Phase:
     other_pct: float | None = None
 
     @classmethod
-    def between(cls, before: Snapshot, after: Snapshot, calls: int, dep: Deployment, local: bool) -> Phase:
+    def between(cls, before: Snapshot, after: Snapshot, calls: int) -> Phase:
         wall_ms = max((after.wall - before.wall) * 1000, 1.0)
         calls = max(calls, 1)
-        names = ("machine", "servers", "postgres", "redis", "client")
-        used = {name: getattr(after, name) - getattr(before, name) for name in names}
-        other = used["machine"] - used["servers"] - used["postgres"] - used["redis"] - used["client"]
-        scale_out = bool(dep.database_url)
+        # A backend the pool opened during the span counts whole: all its CPU is the span's.
+        postgres = sum(used - before.postgres.get(pid, 0.0) for pid, used in after.postgres.items())
+        used = {
+            name: getattr(after, name) - getattr(before, name) for name in ("machine", "servers", "redis", "client")
+        }
+        other = used["machine"] - used["servers"] - postgres - used["redis"] - used["client"]
         return cls(
-            postgres_ms=used["postgres"] / calls if scale_out and local else None,
-            redis_ms=used["redis"] / calls if scale_out and local else None,
-            redis_commands=(after.redis_commands - before.redis_commands) / calls if scale_out else None,
+            postgres_ms=postgres / calls if after.postgres else None,
+            redis_ms=used["redis"] / calls if after.redis else None,
+            redis_commands=(after.redis_commands - before.redis_commands) / calls if after.redis_commands else None,
             busy_pct=used["machine"] * 100 / (wall_ms * (os.cpu_count() or 1)),
             other_pct=max(other, 0.0) * 100 / wall_ms,
         )
@@ -239,18 +282,14 @@ class Figures(ra.CallFigures):
 
 
 class Services:
-    """The local PostgreSQL and Redis process trees, found once."""
+    """The local Redis server's process tree, found once (PostgreSQL's processes are found at each snapshot)."""
 
     def __init__(self, deps: dict[str, Deployment]) -> None:
-        scale_out = next((d for d in deps.values() if d.database_url), None)
-        self.postgres = service_roots("postgres") if scale_out and _is_local(scale_out.database_url) else []
+        scale_out = next((d for d in deps.values() if d.redis_url), None)
         self.redis = service_roots("redis-server") if scale_out and _is_local(scale_out.redis_url) else []
 
     def snapshot(self, dep: Deployment) -> Snapshot:
-        return Snapshot.take(dep, self.postgres, self.redis)
-
-    def local(self) -> bool:
-        return bool(self.postgres)
+        return Snapshot.take(dep, self.redis if dep.redis_url else [])
 
 
 def _is_local(url: str) -> bool:
@@ -272,14 +311,14 @@ async def measure(dep: Deployment, number: int, args: argparse.Namespace, servic
             before = services.snapshot(dep)
             latency = await ra.bounded(ml.sequential_latency(session, args.n, pid=dep.pids), timeout)
             # PostgreSQL's and the machine's figures span the warm-up calls too.
-            figures.seq = Phase.between(before, services.snapshot(dep), args.n + ml.WARMUP_CALLS, dep, services.local())
+            figures.seq = Phase.between(before, services.snapshot(dep), args.n + ml.WARMUP_CALLS)
         finally:
             await session.close()
         before = services.snapshot(dep)
         load = await ra.bounded(
             ml.concurrent_throughput(dep.session_factory(), args.clients, args.seconds, False, dep.pids), timeout
         )
-        figures.load = Phase.between(before, services.snapshot(dep), load.calls, dep, services.local())
+        figures.load = Phase.between(before, services.snapshot(dep), load.calls)
         figures.background_pct = figures.load.other_pct
     except (ml.CallError, httpx.HTTPError, OSError, TimeoutError, redis.RedisError) as exc:
         figures.failure = f"{type(exc).__name__}: {exc}"[:500]
@@ -358,8 +397,12 @@ async def database_work_per_call(dep: Deployment, calls: int) -> None:
             )
 
 
-async def connection_states(dep: Deployment, args: argparse.Namespace) -> None:
-    """A load phase on ``dep`` while ``pg_stat_activity`` is sampled: what the servers' connections did."""
+async def profiled_load(dep: Deployment, args: argparse.Namespace, output: Path, *, gil: bool) -> None:
+    """A load phase on ``dep`` with py-spy on its first process and ``pg_stat_activity`` sampled: what the
+    servers' connections were doing. With ``gil`` py-spy samples the GIL's holder (where Python spends CPU);
+    without, every thread, and since ``--nonblocking`` cannot tell a waiting thread from a running one that shows
+    where the worker threads spend their wall time: waiting for PostgreSQL's answers and for the group commit
+    included."""
     seen: Counter[str] = Counter()
     samples = 0
     done = asyncio.Event()
@@ -373,18 +416,28 @@ async def connection_states(dep: Deployment, args: argparse.Namespace) -> None:
                 samples += 1
                 time.sleep(SAMPLE_EVERY_S)
 
+    seconds = max(int(args.seconds), 5)
+    spy = ra.start_py_spy(dep.pids[0], seconds, output, gil=gil)
     sampler = asyncio.create_task(asyncio.to_thread(sample_until_done))
     try:
-        load = await ra.bounded(ml.concurrent_throughput(dep.session_factory(), args.clients, args.seconds), 300)
+        await asyncio.sleep(0.5)  # let py-spy attach before the load starts
+        load = await ra.bounded(
+            ml.concurrent_throughput(dep.session_factory(), args.clients, seconds + 1.0, False, dep.pids), 300
+        )
     finally:
         done.set()
         await sampler
+        await ra.stop_py_spy(spy, seconds)
     print(
-        f"  {dep.name} connections under load ({load.calls_per_s:.0f} calls/s, {samples} samples of"
-        f" pg_stat_activity; mean connections per sample in each state):"
+        f"  {dep.name} under load with py-spy ({'GIL holder: CPU' if gil else 'all threads: wall time'}) on pid"
+        f" {dep.pids[0]}: {load.calls_per_s:.0f} calls/s, server CPU"
+        f" {_f(load.server_cpu_ms_per_call, 3)} ms/call (slowed by py-spy); its database connections in"
+        f" {samples} samples of pg_stat_activity (mean number per sample in each state):"
     )
-    for what, count in seen.most_common(12):
+    for what, count in seen.most_common(10):
         print(f"    {what:<44} {count / max(samples, 1):.2f}")
+    with contextlib.suppress(OSError):
+        profile_summary.summarise(output, 25, exclude_epoll=True)
 
 
 async def profile(deps: dict[str, Deployment], args: argparse.Namespace) -> None:
@@ -394,12 +447,10 @@ async def profile(deps: dict[str, Deployment], args: argparse.Namespace) -> None
         print("  skipped: --profile needs pg-1 and pg-2")
         return
     await database_work_per_call(pg_1, max(args.n, 100))
-    await connection_states(pg_2, args)
-    spec = ra.SERVERS["forge"]
-    server = ra.Running(spec, pg_1.pids[0], pg_1.urls[0], "", pg_1.headers, Path(os.devnull))
-    await ra.profile_json_load(server, args)
-    with contextlib.suppress(OSError):
-        profile_summary.summarise(args.profile, 25, exclude_epoll=True)
+    for dep in (pg_1, pg_2):
+        for gil in (True, False):
+            suffix = ("" if dep is pg_1 else ".pg-2") + ("" if gil else ".wall")
+            await profiled_load(dep, args, args.profile.with_name(args.profile.name + suffix), gil=gil)
 
 
 # --------------------------------------------------------------------------
@@ -430,7 +481,7 @@ def verdict(value: float | None, aim: float, higher_is_better: bool) -> str:
 
 def print_table(rows: list[Figures]) -> None:
     header = (
-        f"{'deployment':<10} {'rnd':>3} {'procs':>5} {'p50 ms':>7} {'p99 ms':>7} {'seq srv':>8} {'seq PG':>7}"
+        f"{'deployment':<11} {'rnd':>3} {'procs':>5} {'p50 ms':>7} {'p99 ms':>7} {'seq srv':>8} {'seq PG':>7}"
         f" {'calls/s':>8} {'load srv':>8} {'load PG':>7} {'redis':>6} {'cmd/c':>6} {'client':>7} {'err':>4}"
         f" {'busy %':>6} {'other':>6}"
     )
@@ -438,10 +489,10 @@ def print_table(rows: list[Figures]) -> None:
     print("-" * len(header))
     for r in rows:
         if r.failure and r.p50_ms is None:
-            print(f"{r.server:<10} {r.round:>3} {r.processes:>5} failed: {r.failure}")
+            print(f"{r.server:<11} {r.round:>3} {r.processes:>5} failed: {r.failure}")
             continue
         print(
-            f"{r.server:<10} {r.round:>3} {r.processes:>5} {_f(r.p50_ms):>7} {_f(r.p99_ms):>7}"
+            f"{r.server:<11} {r.round:>3} {r.processes:>5} {_f(r.p50_ms):>7} {_f(r.p99_ms):>7}"
             f" {_f(r.seq_cpu_ms, 3):>8} {_f(r.seq.postgres_ms, 3):>7} {_f(r.calls_per_s, 0):>8}"
             f" {_f(r.load_cpu_ms, 3):>8} {_f(r.load.postgres_ms, 3):>7} {_f(r.load.redis_ms, 3):>6}"
             f" {_f(r.load.redis_commands, 1):>6} {_f(r.client_cpu_ms):>7} {r.errors if r.errors is not None else '-':>4}"
@@ -462,7 +513,7 @@ def print_table(rows: list[Figures]) -> None:
 def print_ratios(rows: list[Figures]) -> None:
     rounds = sorted({r.round for r in rows})
     per_round = " ".join(f"{'r' + str(n):>6}" for n in rounds)
-    header = f"{'figure':<27} {'deployment':<10} {'against':<9} {'value':>8} {'ref':>8} {'ratio':>7} {per_round} {'aim':>8} {'':>7}"
+    header = f"{'figure':<27} {'deployment':<11} {'against':<9} {'value':>8} {'ref':>8} {'ratio':>7} {per_round} {'aim':>8} {'':>7}"
     print(header)
     print("-" * len(header))
     lines = [(label, attr, ours, ref, aim, higher) for label, attr, ours, ref, aim, higher in AIMS]
@@ -477,7 +528,7 @@ def print_ratios(rows: list[Figures]) -> None:
         bound = "-" if aim is None else f"{'>=' if higher else '<='} {aim:.1f}x"
         met = "" if aim is None else verdict(shown, aim, higher)
         print(
-            f"{label:<27} {ours:<10} {ref:<9} {_f(value, 3):>8} {_f(reference, 3):>8} {_x(shown):>7}"
+            f"{label:<27} {ours:<11} {ref:<9} {_f(value, 3):>8} {_f(reference, 3):>8} {_x(shown):>7}"
             f" {' '.join(f'{e:>6}' for e in each)} {bound:>8} {met:>7}"
         )
     print(
@@ -518,14 +569,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--deployments",
         type=ml.csv_of(tuple(DEPLOYMENTS)),
-        help=f"subset of {','.join(DEPLOYMENTS)} (all; pg-1 and pg-2 need DATABASE_URL and REDIS_URL)",
+        help=f"any of {','.join(DEPLOYMENTS)} ({','.join(DEFAULT_DEPLOYMENTS)}; all but embedded need DATABASE_URL"
+        " and REDIS_URL)",
     )
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     parser.add_argument(
         "--profile",
         type=Path,
-        help="after the rounds, count pg-1's database work per call, sample what pg-2's connections wait on, and"
-        " record pg-1 under load with py-spy, writing its collapsed stacks here",
+        help="after the rounds, count pg-1's database work per call, then load pg-1 and pg-2 in turn with py-spy on"
+        " their first process, sampling the GIL's holder (CPU) and then all threads (wall time), while sampling what"
+        " their database connections wait on; the stacks go here and to this name + .wall, .pg-2, .pg-2.wall",
     )
     args = parser.parse_args(argv)
     defaults = (100, 3.0) if args.quick else (300, 10.0)
@@ -533,12 +586,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.seconds = args.seconds if args.seconds is not None else defaults[1]
     if min(args.n, args.clients, args.rounds) < 1 or args.seconds <= 0:
         parser.error("--n, --clients, --rounds and --seconds must be positive")
-    wanted = args.deployments or set(DEPLOYMENTS)
+    wanted = args.deployments or set(DEFAULT_DEPLOYMENTS)
     if wanted & set(SCALE_OUT) and not cl.scale_out_configured():
         if args.deployments:
-            parser.error("pg-1 and pg-2 need DATABASE_URL (postgres://) and REDIS_URL")
+            parser.error(f"{', '.join(SCALE_OUT)} need DATABASE_URL (postgres://) and REDIS_URL")
         wanted -= set(SCALE_OUT)
         print("pg-1 and pg-2 skipped: set DATABASE_URL (postgres://) and REDIS_URL to measure PostgreSQL + Redis")
+        print()
     args.deployments = [name for name in DEPLOYMENTS if name in wanted]
     return args
 
