@@ -52,3 +52,28 @@ def test_the_assembled_row_is_the_canonical_row(
     assert body == services.canonical_json(services.row_body(event))
     assert event.mac == services.compute_mac(event.prev_mac, services.row_body(event))
     assert line == services.event_line(event)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ts=st.datetimes(timezones=st.just(UTC)) | st.datetimes(timezones=st.timezones()))
+def test_a_time_is_formatted_as_its_utc_strftime_text_whatever_its_year_and_zone(ts):
+    assert services.format_ts(ts) == ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+plain_values = st.none() | st.booleans() | st.integers()
+
+
+def non_empty_containers(value) -> int:
+    if isinstance(value, dict | list):
+        return bool(value) + sum(map(non_empty_containers, value.values() if isinstance(value, dict) else value))
+    return 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(arguments=st.dictionaries(texts, plain_values | st.lists(plain_values, max_size=4), max_size=6))
+def test_the_size_sanitize_reckons_for_keys_and_plain_values_is_their_canonical_json_length(arguments):
+    sanitized, size = services._sanitize(arguments, frozenset())
+
+    assert sanitized == arguments
+    # It counts a comma after every member, so one more than there is in each container that has members.
+    assert size == len(services.canonical_json(arguments)) + non_empty_containers(arguments)
