@@ -225,9 +225,17 @@ def _index(root: etree._Element, known_types: Iterable[str]) -> _Project:
     for data_type in _xpath(root, "p:types/p:dataTypes/p:dataType"):
         data_types.setdefault(_name(data_type).casefold(), data_type)
     pous: dict[str, etree._Element] = {}
-    for pou in _xpath(root, "p:types/p:pous/p:pou"):
+    every_pou = _xpath(root, "p:types/p:pous/p:pou")
+    for pou in every_pou:
         pous.setdefault(_name(pou).casefold(), pou)
-    enum_values = _xpath(root, "p:types//p:enum/p:values/p:value/@name")
+    # The values of every enum under types, found POU by POU rather than in one search: lxml keeps the GIL
+    # for a whole XPath call, which took 30 ms on a 50,000-variable project while every other request of
+    # the process waited.
+    enum_value = "//p:enum/p:values/p:value/@name"
+    enum_values = [
+        *_xpath(root, f"p:types/*[not(self::p:pous)]{enum_value} | p:types/p:pous/*[not(self::p:pou)]{enum_value}"),
+        *(value for pou in every_pou for value in _xpath(pou, f".{enum_value}")),
+    ]
     globals_ = _xpath(root, "p:instances/p:configurations/p:configuration//p:globalVars/p:variable/@name")
     return _Project(
         data_types=data_types,

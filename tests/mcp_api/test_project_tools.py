@@ -12,8 +12,9 @@ from channels.db import database_sync_to_async
 
 from audit.models import AuditEvent, EventKind
 from mcp_api.jsonrpc import INVALID_PARAMS
+from projects import reads
 from projects.models import Project
-from projects.plcopen import paging, tc6
+from projects.plcopen import documents, paging, tc6
 from projects.services import do_import_project
 from tests.mcp_api.helpers import Response, allow_project, send, stateless_headers, stateless_rpc
 from tests.projects.conftest import CRLF, MAIN, SMALL, fixture_bytes
@@ -383,6 +384,19 @@ async def test_export_chunks_followed_by_next_offset_concatenate_to_the_exact_fi
     assert [chunk["offset"] for chunk in chunks] == [0, 32_000, 64_000]
     assert "".join(chunk["xml"] for chunk in chunks).encode("utf-8") == fixture_bytes(CRLF_FIXTURE)
     assert {chunk["length"] for chunk in chunks} == {len(fixture_bytes(CRLF_FIXTURE).decode("utf-8"))}
+
+
+async def test_a_project_read_in_chunks_is_serialized_once(cast, crlf_fixture, monkeypatch):
+    reads._texts.clear()  # as a new process starts
+    made = []
+    serialize = documents.serialize
+    monkeypatch.setattr(documents, "serialize", lambda document: made.append(document) or serialize(document))
+    token, offset = cast.operator.raw_token, 0
+    while offset is not None:
+        chunk = await answer(token, "project.export", {"project": "batch", "offset": offset})
+        offset = chunk.get("next_offset")
+
+    assert len(made) == 1
 
 
 async def test_export_of_a_small_project_is_one_chunk_without_next_offset(cast):

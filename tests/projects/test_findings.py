@@ -659,6 +659,20 @@ def test_standard_functions_conversions_globals_enum_values_pous_and_members_are
     assert only(root, "undeclared_identifier") == []
 
 
+def test_values_of_an_enumeration_declared_in_a_variable_of_any_pou_are_declared_names():
+    inline = (
+        '<variable name="mode"><type><enum><values><value name="Filling"/><value name="Draining"/></values>'
+        "</enum></type></variable>"
+    )
+    root = project(
+        pous=pou("Tank", "functionBlock", section("localVars", inline), body=st("mode := Filling;"))
+        + pou("Main", "program", section("localVars", var("x")), body=st("x := Draining; x := Emptying;")),
+        configurations=configuration(resources=resource(tasks=task("T", instance("i", "Main")))),
+    )
+    messages = [f.message for f in only(root, "undeclared_identifier")]
+    assert len(messages) == 1 and "'Emptying'" in messages[0]
+
+
 def test_st_in_actions_transitions_and_sfc_inline_code_is_read():
     sfc = (
         '<body><SFC><step localId="1" name="Start" initialStep="true"><position x="0" y="0"/></step>'
