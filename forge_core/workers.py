@@ -16,8 +16,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from channels.db import database_sync_to_async
+from asgiref.sync import SyncToAsync
 from django.conf import settings
+from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 _pool: list[ThreadPoolExecutor] = []
 _made = threading.Lock()
@@ -31,7 +33,39 @@ def pool() -> ThreadPoolExecutor:
     return _pool[0]
 
 
+_thread = threading.local()
+
+
+def _own_connections() -> list[BaseDatabaseWrapper]:
+    """This thread's connection of each database, looked up once: each lookup through Django's `connections`
+    goes through asgiref's thread-local storage, and Django's `close_old_connections` makes four of them a
+    hop (a twentieth of a call's CPU)."""
+    held: list[BaseDatabaseWrapper] | None = getattr(_thread, "connections", None)
+    if held is None:
+        held = _thread.connections = [connections[alias] for alias in connections]
+    return held
+
+
+def _upkeep() -> None:
+    """What Django does at the edges of a request: close a connection that errors made unusable or that is past
+    its `CONN_MAX_AGE` (on PostgreSQL, with Django's pool, that hands it back to the pool)."""
+    for connection in _own_connections():
+        connection.close_if_unusable_or_obsolete()
+
+
+class _PoolHop(SyncToAsync):
+    """asgiref's hop into a thread, with the connection upkeep around the work that Channels'
+    `database_sync_to_async` does, made cheaper."""
+
+    def thread_handler(self, loop: Any, *args: Any, **kwargs: Any) -> Any:
+        _upkeep()
+        try:
+            return super().thread_handler(loop, *args, **kwargs)
+        finally:
+            _upkeep()
+
+
 @functools.cache  # made once per function: the wrapper's set-up is a cost on every call otherwise
 def in_pool(func: Callable[..., Any]) -> Callable[..., Any]:
-    """`func` as a coroutine function that runs in the pool (with Channels' connection upkeep around it)."""
-    return database_sync_to_async(func, thread_sensitive=False, executor=pool())
+    """`func` as a coroutine function that runs in the pool, with the connection upkeep around it."""
+    return _PoolHop(func, thread_sensitive=False, executor=pool())
