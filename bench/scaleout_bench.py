@@ -33,11 +33,13 @@ each with py-spy on its first process, once sampling the GIL's holder (where the
 threads (where the worker threads' wall time goes, waits included), written as collapsed stacks to FILE,
 FILE.wall, FILE.pg-2 and FILE.pg-2.wall and summarised with ``profile_summary.py``, while what their database
 connections were doing is sampled from ``pg_stat_activity`` (running, idle in a transaction, waiting for the
-audit chain's advisory lock or another lock).
+audit chain's advisory lock or another lock) and the transactions per call under load are counted (two reads,
+then the audit's group-committed batches: the fewer, the fuller the batches).
 
     .venv/bin/python bench/scaleout_bench.py                       # embedded only (no DATABASE_URL/REDIS_URL)
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/test REDIS_URL=redis://127.0.0.1:6379/0 \\
-        .venv/bin/python bench/scaleout_bench.py --rounds 2 --profile /tmp/scaleout.txt
+        .venv/bin/python bench/scaleout_bench.py --rounds 4 --deployments embedded,pg-1,pg-2,pg-2-mirror \\
+        --profile /tmp/scaleout.txt --json /tmp/scaleout.json
 """
 
 from __future__ import annotations
@@ -320,7 +322,7 @@ async def measure(dep: Deployment, number: int, args: argparse.Namespace, servic
         )
         figures.load = Phase.between(before, services.snapshot(dep), load.calls)
         figures.background_pct = figures.load.other_pct
-    except (ml.CallError, httpx.HTTPError, OSError, TimeoutError, redis.RedisError) as exc:
+    except (ml.CallError, httpx.HTTPError, OSError, TimeoutError, redis.RedisError, psycopg.Error) as exc:
         figures.failure = f"{type(exc).__name__}: {exc}"[:500]
         return figures
     figures.p50_ms, figures.p99_ms, figures.seq_cpu_ms = latency.p50_ms, latency.p99_ms, latency.server_cpu_ms_per_call
@@ -367,20 +369,23 @@ def database_stats(url: str) -> tuple[list[int], dict[str, list[int]]]:
     return [int(v) for v in row or ()], tables
 
 
-async def database_work_per_call(dep: Deployment, calls: int) -> None:
-    """Back-to-back calls on one session of ``dep``, PostgreSQL's statistics read before and after (once the
-    backends have flushed them), printed per call."""
-    url = dep.database_url
+async def settled_stats(url: str) -> tuple[list[int], dict[str, list[int]]]:
+    """``database_stats`` once the backends have flushed what they counted."""
     await asyncio.sleep(STATS_FLUSH_S)
-    totals_before, tables_before = await asyncio.to_thread(database_stats, url)
+    return await asyncio.to_thread(database_stats, url)
+
+
+async def database_work_per_call(dep: Deployment, calls: int) -> None:
+    """Back-to-back calls on one session of ``dep``, PostgreSQL's statistics read before and after, printed per
+    call."""
+    totals_before, tables_before = await settled_stats(dep.database_url)
     session = await ml.streamable_session(dep.urls[0], dep.headers)
     try:
         for _ in range(calls):
             await session.call(ml.TOOL)
     finally:
         await session.close()
-    await asyncio.sleep(STATS_FLUSH_S)
-    totals_after, tables_after = await asyncio.to_thread(database_stats, url)
+    totals_after, tables_after = await settled_stats(dep.database_url)
     delta = [(a - b) / calls for a, b in zip(totals_after, totals_before, strict=True)]
     print(
         f"  database work per call ({calls} sequential calls on {dep.name}, one session opened and closed):"
@@ -417,6 +422,7 @@ async def profiled_load(dep: Deployment, args: argparse.Namespace, output: Path,
                 time.sleep(SAMPLE_EVERY_S)
 
     seconds = max(int(args.seconds), 5)
+    totals_before, _tables = await settled_stats(dep.database_url)
     spy = ra.start_py_spy(dep.pids[0], seconds, output, gil=gil)
     sampler = asyncio.create_task(asyncio.to_thread(sample_until_done))
     try:
@@ -436,6 +442,13 @@ async def profiled_load(dep: Deployment, args: argparse.Namespace, output: Path,
     )
     for what, count in seen.most_common(10):
         print(f"    {what:<44} {count / max(samples, 1):.2f}")
+    totals_after, _tables = await settled_stats(dep.database_url)
+    # Each sample of pg_stat_activity was a transaction of its own on the same database.
+    transactions = totals_after[0] - totals_before[0] - samples
+    print(
+        f"  {dep.name}: {transactions / max(load.calls, 1):.2f} transactions per call under load (two reads, then"
+        " the audit batches: fewer per call the more rows a batch holds)"
+    )
     with contextlib.suppress(OSError):
         profile_summary.summarise(output, 25, exclude_epoll=True)
 
