@@ -1,6 +1,6 @@
-"""The two reads every MCP call makes, with their SQL built once per process.
+"""The reads every MCP call makes, with their SQL built once per process.
 
-Every POST looks up its bearer token (with the owner) and, on session revisions, its session. Through
+Every POST looks up its bearer token (with the owner, and the MCP switch) and, on session revisions, its session. Through
 the ORM these cost about 0.4 and 0.35 ms of CPU on this machine, most of it spent compiling the same
 queryset again; that was half of a call's server CPU (docs/PERFORMANCE.md). Here the SELECT and the
 column converters are prepared on first use, the statement goes to the database driver's own cursor
@@ -11,6 +11,7 @@ call still reads the current token and session, so revocation takes effect on th
 
 from __future__ import annotations
 
+import time
 from functools import cache
 from typing import Any
 
@@ -25,7 +26,8 @@ from forge_core import fastsql
 class PreparedSelect:
     """A SELECT of whole rows of one or more models, joined; each fetched row becomes model instances."""
 
-    def __init__(self, models: list[type[Model]], where: str) -> None:
+    def __init__(self, models: list[type[Model]], where: str, also: tuple[str, ...] = ()) -> None:
+        """`also`: SQL expressions selected after the models' columns, whose values `fetch` gives as they come."""
         self.parts: list[tuple[type[Model], list[str], int, int]] = []  # model, attribute names, its columns' span
         self.conversions: list[tuple[int, Any, list[Any]]] = []  # the columns whose value needs converting
         selected: list[str] = []
@@ -40,9 +42,11 @@ class PreparedSelect:
                     self.conversions.append((position, column, converters))
                 selected.append(f"{quote(table)}.{quote(field.column)}")
             self.parts.append((model, [field.attname for field in fields], start, len(selected)))
-        self.sql = fastsql.driver_sql(f"SELECT {', '.join(selected)} FROM {where} LIMIT 1")
+        self.also_from = len(selected)
+        self.sql = fastsql.driver_sql(f"SELECT {', '.join([*selected, *also])} FROM {where} LIMIT 1")
 
-    def fetch(self, params: list[Any]) -> list[Model] | None:
+    def fetch(self, params: list[Any]) -> list[Any] | None:
+        """The row's model instances, in the order given, then the values of `also`; None for no row."""
         row = fastsql.fetchone(self.sql, params)
         if row is None:
             return None
@@ -52,7 +56,8 @@ class PreparedSelect:
             for position, column, converters in self.conversions:
                 for convert in converters:
                     values[position] = convert(values[position], column, db)
-        return [fastsql.loaded(model, attnames, values[start:end]) for model, attnames, start, end in self.parts]
+        loaded = [fastsql.loaded(model, attnames, values[start:end]) for model, attnames, start, end in self.parts]
+        return [*loaded, *values[self.also_from :]]
 
 
 def quote(name: str) -> str:
@@ -79,7 +84,7 @@ def _token_select(with_session: bool) -> PreparedSelect:
             f" AND {quote(table)}.{quote('ended_at')} IS NULL"
         )
     models: list[type[Model]] = [ClientToken, user, McpSession] if with_session else [ClientToken, user]
-    return PreparedSelect(models, f"{joined} WHERE {quote(token_table)}.{quote('digest')} = %s")
+    return PreparedSelect(models, f"{joined} WHERE {quote(token_table)}.{quote('digest')} = %s", (f"({_switch()})",))
 
 
 @cache
@@ -94,6 +99,9 @@ def _session_select() -> PreparedSelect:
 
 
 PREFETCHED = "_forge_prefetched_session"  # on a token read with a session id: (that id, the session or None)
+SWITCH_READ = "_forge_switch_read"  # on a token: (when, the MCP switch as read in the statement that read it)
+# A token object serves one request; one kept longer than this does not carry its reading of the switch on.
+SWITCH_READ_SECONDS = 1.0
 
 
 def token_by_digest(digest: str, session_id: str | None = None) -> ClientToken | None:
@@ -102,9 +110,10 @@ def token_by_digest(digest: str, session_id: str | None = None) -> ClientToken |
     found = _token_select(session_id is not None).fetch([session_id, digest] if session_id is not None else [digest])
     if found is None:
         return None
-    token, owner = found[0], found[1]
+    token, owner, switch = found[0], found[1], found[-1]
     assert isinstance(token, ClientToken)  # the select's first model
     ClientToken._meta.get_field("owner").set_cached_value(token, owner)
+    token.__dict__[SWITCH_READ] = (time.monotonic(), bool(switch))
     if session_id is not None:
         session = found[2] if found[2].pk is not None else None
         token.__dict__[PREFETCHED] = (session_id, session)
@@ -126,14 +135,23 @@ def open_session_of(token: ClientToken, session_id: str) -> McpSession | None:
     return session
 
 
+def _switch() -> str:
+    table = quote(ServerState._meta.db_table)
+    return f"SELECT {quote('mcp_enabled')} FROM {table} WHERE {quote('id')} = 1"
+
+
 @cache
 def _switch_sql() -> str:
-    table = quote(ServerState._meta.db_table)
-    return fastsql.driver_sql(f"SELECT {quote('mcp_enabled')} FROM {table} WHERE {quote('id')} = 1")
+    return fastsql.driver_sql(_switch())
 
 
-def mcp_enabled() -> bool:
-    """The master switch. No row (a fresh install) or any database failure reads as off (fail closed)."""
+def mcp_enabled(token: ClientToken | None = None) -> bool:
+    """The master switch. No row (a fresh install) or any database failure reads as off (fail closed). Given
+    the request's token, the switch as read in the statement that read the token: a call makes no second
+    round trip for it."""
+    read = token.__dict__.get(SWITCH_READ) if token is not None else None
+    if read is not None and time.monotonic() - read[0] < SWITCH_READ_SECONDS:
+        return bool(read[1])
     try:
         row = fastsql.fetchone(_switch_sql(), [])
     except DatabaseError:

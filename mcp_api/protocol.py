@@ -115,7 +115,7 @@ def _ping(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
 
 def _tools_list(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
     page = registry.list_page(
-        params.get("cursor"), mcp_on=hotpath.mcp_enabled(), read_only=peers.is_read_only(ctx.token)
+        params.get("cursor"), mcp_on=hotpath.mcp_enabled(ctx.token), read_only=peers.is_read_only(ctx.token)
     )
     if ctx.stateless:
         # The list depends on the principal and on flags an operator can change at any time.
@@ -153,7 +153,7 @@ def _tools_call(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
     except RpcError:
         _audit_call(ctx, tool, raw_arguments if isinstance(raw_arguments, dict) else {}, "invalid_params")
         raise
-    if not tool.when_off and not hotpath.mcp_enabled():
+    if not tool.when_off and not hotpath.mcp_enabled(ctx.token):
         _audit_call(ctx, tool, raw_arguments if isinstance(raw_arguments, dict) else {}, "mcp_disabled")
         return refused_result(MCP_OFF)
     try:

@@ -33,7 +33,7 @@ def server_info(ctx: CallContext, args: NoArguments) -> dict[str, Any]:
         "revisions": list(ALL_REVISIONS),
         "transports": {"streamable_http": "/mcp", "legacy_sse": "/sse", "stdio": "python manage.py mcp_stdio"},
         "override_securities": settings.FORGE_OVERRIDE_SECURITIES,
-        "mcp_enabled": hotpath.mcp_enabled(),
+        "mcp_enabled": hotpath.mcp_enabled(ctx.token),
         "trust_store_cas": [entry.describe() for entry in cas],
         "caretaker": {"active": registry.is_caretaker()},
         "tls": served,
@@ -68,12 +68,12 @@ def session_status(ctx: CallContext, args: StatusArguments) -> dict[str, Any]:
         "stateless": ctx.stateless,
         "context_generation": session.context_generation if session is not None else 0,
         "access": grants.grants_of(session) if session is not None else [],
-        **_switch_status(),
+        **_switch_status(ctx),
     }
 
 
-def _switch_status() -> dict[str, Any]:
-    if hotpath.mcp_enabled():
+def _switch_status(ctx: CallContext) -> dict[str, Any]:
+    if hotpath.mcp_enabled(ctx.token):
         return {"mcp_enabled": True}
     return {
         "mcp_enabled": False,

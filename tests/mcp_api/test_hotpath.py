@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
@@ -9,7 +10,7 @@ from django.utils import timezone
 
 from access import hotpath
 from access.models import ClientToken, McpSession, Transport
-from access.services import do_end_session, do_open_session
+from access.services import do_end_session, do_open_session, do_switch_mcp
 
 pytestmark = pytest.mark.django_db
 
@@ -93,3 +94,39 @@ def test_a_session_read_with_the_token_answers_only_for_that_id_and_once(cast):
     assert hotpath.open_session_of(token, second.id).pk == second.id  # read on its own
     do_end_session(first, reason="test")
     assert hotpath.open_session_of(token, first.id) is None  # read again: the kept one was used up
+
+
+# --- the MCP switch, read with the token --------------------------------------------------------------
+
+
+def _no_statement(monkeypatch) -> None:
+    def refuse(sql, params):
+        raise AssertionError(f"a statement was sent: {sql}")
+
+    monkeypatch.setattr(hotpath.fastsql, "fetchone", refuse)
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_the_switch_is_read_in_the_statement_that_reads_the_token(cast, monkeypatch, on):
+    do_switch_mcp(on, acting_user="tests")
+    token = hotpath.token_by_digest(cast.operator.token.digest)
+    _no_statement(monkeypatch)
+
+    assert hotpath.mcp_enabled(token) is on
+
+
+def test_a_switch_turned_off_is_off_for_the_next_request(cast, mcp_on):
+    assert hotpath.mcp_enabled(hotpath.token_by_digest(cast.operator.token.digest))
+    do_switch_mcp(False, acting_user="tests")
+
+    assert not hotpath.mcp_enabled(hotpath.token_by_digest(cast.operator.token.digest))
+
+
+def test_a_token_kept_past_its_request_does_not_carry_its_reading_of_the_switch_on(cast, mcp_on, monkeypatch):
+    token = hotpath.token_by_digest(cast.operator.token.digest)
+    do_switch_mcp(False, acting_user="tests")
+    later = time.monotonic() + hotpath.SWITCH_READ_SECONDS
+    monkeypatch.setattr(hotpath.time, "monotonic", lambda: later)
+
+    assert not hotpath.mcp_enabled(token)
+    assert not hotpath.mcp_enabled()  # and without a token, the switch as it is
