@@ -81,21 +81,33 @@ class McpHttpConsumer(EventStreamConsumer):
         self.event_seq = 0
         # Event ids are "<stream key>-<n>": a session's streams never share one, whichever process holds them.
         self.stream_key = secrets.token_hex(6)
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        reason = refusal_reason(headers)
-        if reason is not None:
-            await _audit_origin_refusal(scope.get("path", ""), reason)
-            await self.send_reply(Reply.rpc_error(RpcError(INVALID_REQUEST, f"Forbidden: {reason}"), status=403))
-            return
         self.receive = receive
-        body = await self.read_body(receive, headers)
-        if body is None:
+        exchange = await self.read_exchange(scope, receive)
+        if exchange is None:
             return
         try:
-            await self.handle(Exchange.from_scope(scope, body))
+            reply = await self.reply_to(exchange)
+            # A stream may stay open for hours: the request's parsed headers and body are not kept that long.
+            del exchange
+            await self.carry_out(reply)
         except Exception:  # the one boundary of an exchange: a failure ends the response, never leaves it open
             logger.exception("an MCP exchange failed; its response ends with an error")
             await self.end_with_error()
+
+    async def read_exchange(self, scope: dict[str, Any], receive: Any) -> Exchange | None:
+        """The request as the transports see it, or None once it has been answered: refused for its Host or
+        Origin, or for its size, or its client gone before the body arrived."""
+        exchange = Exchange.from_scope(scope)
+        reason = refusal_reason(exchange.headers)
+        if reason is not None:
+            await _audit_origin_refusal(exchange.path, reason)
+            await self.send_reply(Reply.rpc_error(RpcError(INVALID_REQUEST, f"Forbidden: {reason}"), status=403))
+            return None
+        body = await self.read_body(receive, exchange.headers)
+        if body is None:
+            return None
+        exchange.body = body
+        return exchange
 
     async def send(self, message: dict[str, Any]) -> None:
         if message["type"] == "http.response.start":
@@ -139,15 +151,15 @@ class McpHttpConsumer(EventStreamConsumer):
         exc = RpcError(INVALID_REQUEST, f"The request body is larger than {limit} bytes; send a smaller message.")
         await self.send_reply(Reply.rpc_error(exc, status=413))
 
-    async def handle(self, exchange: Exchange) -> None:
+    async def reply_to(self, exchange: Exchange) -> Reply:
+        """The transport's reply to the exchange, with the messages it delivers and cancels already sent."""
         handler = self.handlers.get(exchange.method)
         if handler is None:
             allowed = ", ".join(sorted(self.handlers))
             exc = RpcError(INVALID_REQUEST, f"Method {exchange.method} is not allowed here; use {allowed}.")
             reply = Reply.rpc_error(exc, status=405)
             reply.headers["Allow"] = allowed
-            await self.send_reply(reply)
-            return
+            return reply
         reply = await in_pool(handler)(exchange)
         if reply.deliver:
             layer = get_channel_layer()
@@ -160,6 +172,11 @@ class McpHttpConsumer(EventStreamConsumer):
         if reply.stream is not None:
             # The stream's principal authenticated with this certificate if there is one (it decides alone).
             reply.stream.certificate = exchange.client_cert_chain
+        return reply
+
+    async def carry_out(self, reply: Reply) -> None:
+        """Put the reply on the wire: a stream to hold open, a write call's wait, or the answer whole."""
+        if reply.stream is not None:
             await self.open_stream(reply.stream, reply.headers)
         elif reply.wait is not None:
             await self.wait_for_decision(reply)

@@ -60,9 +60,11 @@ ERROR_STATUS = {
 
 LISTEN_FILTERS = {"toolsListChanged": "notifications/tools/list_changed"}
 """The server notifications a stream may carry, by the name `subscriptions/listen` asks for them with."""
+EVERY_NOTIFICATION = frozenset(LISTEN_FILTERS.values())
+"""What a session's stream carries (GET /mcp, GET /sse): every server notification, one set for all of them."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Exchange:
     """The parts of an HTTP request the MCP transports look at."""
 
@@ -111,7 +113,7 @@ class Exchange:
         return values[0] if values else None
 
 
-@dataclass
+@dataclass(slots=True)
 class StreamPlan:
     """A long-lived SSE response: the groups it joins and what it sends first."""
 
@@ -119,7 +121,7 @@ class StreamPlan:
     token_expires_at: Any
     groups: list[str]
     session_id: str | None = None
-    first_events: list[tuple[str, str]] = field(default_factory=list)
+    first_events: tuple[tuple[str, str], ...] = ()
     end_session_on_close: bool = False
     subscription_id: Any = None
     notifications: frozenset[str] = frozenset()
@@ -133,7 +135,7 @@ class StreamPlan:
     event_ids: bool = False
 
 
-@dataclass
+@dataclass(slots=True)
 class WaitPlan:
     """A write call that waits on its SSE answer for the operator's decision, sending progress meanwhile.
 
@@ -149,7 +151,7 @@ class WaitPlan:
     principal: str  # who asked: the one a cancellation is audited as
 
 
-@dataclass
+@dataclass(slots=True)
 class Reply:
     status: int = 200
     body: Any = None

@@ -14,7 +14,7 @@ from mcp_api import jsonrpc
 from mcp_api.protocol import respond
 from mcp_api.transports.core import (
     EVENT_STREAM,
-    LISTEN_FILTERS,
+    EVERY_NOTIFICATION,
     Exchange,
     ExchangeRefused,
     NoSuchSession,
@@ -54,10 +54,10 @@ def handle_open(exchange: Exchange) -> Reply:
         token_expires_at=token.expires_at,
         groups=[session_group(session.id), token_group(token.pk), BROADCAST_GROUP],
         session_id=session.id,
-        first_events=[("endpoint", f"/messages/?session_id={session.id}")],
+        first_events=(("endpoint", f"/messages/?session_id={session.id}"),),
         end_session_on_close=True,
         stream_id=stream_id,
-        notifications=frozenset(LISTEN_FILTERS.values()),
+        notifications=EVERY_NOTIFICATION,
         event_ids=True,
     )
     return Reply(status=200, stream=plan)

@@ -205,7 +205,7 @@ def _listen(ctx: CallContext, message: dict[str, Any]) -> Reply:
         token_id=ctx.token.pk,
         token_expires_at=ctx.token.expires_at,
         groups=[token_group(ctx.token.pk), BROADCAST_GROUP],
-        first_events=[("message", jsonrpc.encode(acknowledged).decode())],
+        first_events=(("message", jsonrpc.encode(acknowledged).decode()),),
         subscription_id=subscription_id,
         notifications=frozenset(LISTEN_FILTERS[key] for key in honored),
         stream_id=limits.do_open_stream(ctx.token),

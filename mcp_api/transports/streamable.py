@@ -19,8 +19,8 @@ from mcp_api.transports import stateless
 from mcp_api.transports.answers import answer
 from mcp_api.transports.core import (
     EVENT_STREAM,
+    EVERY_NOTIFICATION,
     JSON,
-    LISTEN_FILTERS,
     Exchange,
     ExchangeRefused,
     NoSuchSession,
@@ -130,7 +130,7 @@ def handle_get(exchange: Exchange) -> Reply:
         token_expires_at=token.expires_at,
         groups=[session_group(session.id), token_group(token.pk), BROADCAST_GROUP],
         session_id=session.id,
-        notifications=frozenset(LISTEN_FILTERS.values()),
+        notifications=EVERY_NOTIFICATION,
         stream_id=limits.do_open_stream(token, session.id),
     )
     return Reply(status=200, stream=plan)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
 from datetime import timedelta
 
@@ -23,6 +24,7 @@ from mcp_api.jsonrpc import (
 )
 from mcp_api.registry import Arguments, Tool, visible_tools
 from mcp_api.revisions import LATEST_HANDSHAKE
+from mcp_api.transports.core import Exchange
 from tests.mcp_api.helpers import (
     audit_events,
     initialize_message,
@@ -528,6 +530,19 @@ async def test_get_with_a_session_opens_an_event_stream(cast):
 
         assert stream.status == 200
         assert stream.headers["content-type"].startswith("text/event-stream")
+        assert not stream.ended
+
+
+async def test_an_open_stream_keeps_nothing_of_the_exchange_that_opened_it(cast):
+    # A stream may stay open for hours: the request's decoded headers and body are not kept that long.
+    token = cast.operator.raw_token
+    session_id = await open_session(token)
+
+    async with open_stream("GET", "/mcp", headers=mcp_headers(token, session_id=session_id)) as stream:
+        await stream.first_chunk()
+        gc.collect()
+
+        assert not [held for held in gc.get_objects() if isinstance(held, Exchange)]
         assert not stream.ended
 
 
