@@ -258,7 +258,11 @@ class _Waiting:
 
     def __init__(self, event: AuditEvent) -> None:
         self.event = event
-        self.ready = threading.Event()
+        # Held until the caller may go on, then released once: by the leader that committed its row, or by the one
+        # that hands it the lead. A bare lock, not a threading.Event: its Python-level condition cost each row
+        # microseconds that a batch's callers spend one after another, while the next leader gathers them.
+        self.ready = threading.Lock()
+        self.ready.acquire()
         self.lead = False
         self.error: AuditUnavailable | None = None
 
@@ -295,7 +299,7 @@ class _GroupCommit:
             else:
                 self.changed.notify_all()
         if not me.lead:
-            me.ready.wait()
+            me.ready.acquire()
         if me.lead:
             self._lead()
         if me.error is not None:
@@ -322,11 +326,12 @@ class _GroupCommit:
             with self.changed:
                 if self.waiting:
                     self.waiting[0].lead = True
-                    self.waiting[0].ready.set()
+                    self.waiting[0].ready.release()
                 else:
                     self.leading = False
             for waiting in batch:
-                waiting.ready.set()
+                if not waiting.lead:  # the leader goes on by itself (a leader handed the lead was woken then)
+                    waiting.ready.release()
 
 
 _GROUP = _GroupCommit()
