@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from twisted.web import http
+from twisted.web.http_headers import Headers
 
 MAX_HEAD_BYTES = 16 * 1024
 """The request line and all header lines together, CRLFs not counted (Twisted's own default)."""
@@ -86,13 +87,23 @@ def serve_with_head_limits() -> None:
     Its requests also skip Twisted's parsing of a POSTed form into `request.args`: daphne hands the body to the
     application as it came, and nothing reads those args, yet working out each POST's content type through the
     `email` package cost about a tenth of a small MCP call's CPU (docs/PERFORMANCE.md, section 14). Nor does
-    Twisted write its access log line for each request."""
+    Twisted write its access log line for each request, nor does a request keep Twisted's table of its headers once
+    the application has them."""
     from daphne import server
     from daphne.http_protocol import HTTPFactory, WebRequest
 
     class FormlessRequest(WebRequest):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs, parsePOSTFormSubmission=False)
+
+        def process(self) -> Any:
+            handed = super().process()
+            if self.application_queue is not None:
+                # The application has the headers in its scope now, and Twisted has read what it needed of
+                # them (persistence, Expect): a stream holds its request as long as it stays open, and need not
+                # hold Twisted's table of them too.
+                self.requestHeaders = Headers()
+            return handed
 
     class HeadLimitedHTTPFactory(HTTPFactory):
         def protocol(self) -> http._GenericHTTPChannelProtocol:
