@@ -20,7 +20,6 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
-from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.utils import timezone
@@ -62,7 +61,6 @@ def progress_notification(token: Any, progress: int) -> dict[str, Any]:
     }
 
 
-@database_sync_to_async
 def _audit_origin_refusal(path: str, reason: str) -> None:
     with contextlib.suppress(AuditUnavailable):
         record(EventKind.ORIGIN_REFUSED, arguments={"path": path, "reason": reason}, outcome="refused")
@@ -100,7 +98,7 @@ class McpHttpConsumer(EventStreamConsumer):
         exchange = Exchange.from_scope(scope)
         reason = refusal_reason(exchange.headers)
         if reason is not None:
-            await _audit_origin_refusal(exchange.path, reason)
+            await in_pool(_audit_origin_refusal)(exchange.path, reason)
             await self.send_reply(Reply.rpc_error(RpcError(INVALID_REQUEST, f"Forbidden: {reason}"), status=403))
             return None
         body = await self.read_body(receive, exchange.headers)
@@ -237,7 +235,7 @@ class McpHttpConsumer(EventStreamConsumer):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait.seconds
         progress = 0
-        final = await database_sync_to_async(answers.decided)(wait)
+        final = await in_pool(answers.decided)(wait)
         while final is None:
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -255,7 +253,7 @@ class McpHttpConsumer(EventStreamConsumer):
             if received[0] in done:
                 event = received.pop().result()
                 if event.get("type") == "mcp.cancelled":
-                    await database_sync_to_async(answers.cancel_wait)(wait)
+                    await in_pool(answers.cancel_wait)(wait)
                     return b""
                 if event.get("outcome") is not None:
                     final = answers.decided_answer(wait, event["outcome"])
@@ -329,7 +327,7 @@ class McpHttpConsumer(EventStreamConsumer):
     async def may_stay_open(self) -> bool:
         plan = self.plan
         assert plan is not None
-        return await database_sync_to_async(upkeep.stream_may_stay_open)(
+        return await in_pool(upkeep.stream_may_stay_open)(
             plan.token_id, plan.session_id, plan.stream_id, certificate=plan.certificate
         )
 
@@ -350,7 +348,7 @@ class McpHttpConsumer(EventStreamConsumer):
     async def stream_closed(self) -> None:
         plan = self.plan
         if plan is not None and (plan.stream_id is not None or (plan.end_session_on_close and plan.session_id)):
-            await database_sync_to_async(upkeep.stream_ended)(
+            await in_pool(upkeep.stream_ended)(
                 plan.stream_id, plan.session_id, end_session=plan.end_session_on_close
             )
 
