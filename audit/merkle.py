@@ -80,6 +80,12 @@ def _fold(hashes: Sequence[bytes]) -> bytes:
     return result
 
 
+def frontier(size: int) -> list[NodeKey]:
+    """The perfect subtrees a tree of ``size`` leaves decomposes into, largest (leftmost) first: every node that
+    appending to it reads is one of them."""
+    return _frontier(size)
+
+
 def _frontier(size: int, below: int | None = None) -> list[NodeKey]:
     """The perfect subtrees a tree of ``size`` leaves decomposes into, largest (leftmost) first.
 

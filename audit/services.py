@@ -160,7 +160,14 @@ def _sealed_texts(event: AuditEvent) -> tuple[str, str]:
     its line, assembled from each field's own canonical JSON (the arguments are stored canonical already) rather
     than by loading the arguments back and encoding the whole row twice. Verification recomputes both the
     general way (`audit.verify`), so the two cannot drift unnoticed."""
-    # The keys in canonical (sorted) order; the line's "mac" goes between "kind" and "outcome".
+    head, tail = _line_parts(event)
+    body = f"{{{head},{tail}}}"
+    event.mac = hmac.new(keys.hmac_key(), event.prev_mac.encode() + body.encode(), hashlib.sha256).hexdigest()
+    return body, _line(head, event.mac, tail)
+
+
+def _line_parts(event: AuditEvent) -> tuple[str, str]:
+    """The row's canonical JSON members before its "mac" and after it (the keys in canonical, sorted, order)."""
     head = (
         f'"arguments":{event.arguments_json},"called_by":{_text(event.called_by)},'
         f'"client_label":{_text(event.client_label)},"kind":{_text(event.kind)}'
@@ -170,9 +177,17 @@ def _sealed_texts(event: AuditEvent) -> tuple[str, str]:
         f'"seq":{event.seq:d},"session":{_text(event.session)},"tool":{_text(event.tool)},'
         f'"ts":{_text(format_ts(event.ts))}'
     )
-    body = f"{{{head},{tail}}}"
-    event.mac = hmac.new(keys.hmac_key(), event.prev_mac.encode() + body.encode(), hashlib.sha256).hexdigest()
-    return body, f'{{{head},"mac":{_text(event.mac)},{tail}}}'
+    return head, tail
+
+
+def _stored_line(event: AuditEvent) -> str:
+    """`event_line` of a row read back with its MAC, assembled as the append path assembles a new row's line."""
+    head, tail = _line_parts(event)
+    return _line(head, event.mac, tail)
+
+
+def _line(head: str, mac: str, tail: str) -> str:
+    return f'{{{head},"mac":{_text(mac)},{tail}}}'
 
 
 def _text(value: str) -> str:
@@ -245,8 +260,7 @@ def _append_in_transaction(events: list[AuditEvent]) -> None:
     # there is nothing to roll back to; and a savepoint costs two statements (round trips on PostgreSQL).
     try:
         with transaction.atomic(savepoint=False):
-            lock_chain()
-            _append(events)
+            _append(events, locked_chain_head())
     except (DatabaseError, MirrorError) as exc:
         raise AuditUnavailable(str(exc)) from exc
 
@@ -349,17 +363,28 @@ def chain_head() -> tuple[int, str]:
     return (last[0], last[1]) if last else (0, GENESIS_MAC)
 
 
-def _append(events: list[AuditEvent]) -> None:
-    """Append `events` at the chain's head, in this order, inside the caller's transaction and chain lock: their
-    rows and tree nodes (one INSERT of each kind for the batch), then their mirror lines with one fsync, then any
-    checkpoint that falls due."""
+def locked_chain_head() -> tuple[int, str]:
+    """`lock_chain()` then `chain_head()`, in one round trip on PostgreSQL: the two statements go as one script,
+    and each statement of a script takes its own snapshot (READ COMMITTED), so the head is read once the lock is
+    held and sees every append committed before it (one statement holding both would read the head as of before
+    waiting for the lock)."""
+    if connection.vendor != "postgresql":
+        return chain_head()
+    last = fastsql.fetchone_of_script(_locked_head_sql())
+    return (last[0], last[1]) if last else (0, GENESIS_MAC)
+
+
+def _append(events: list[AuditEvent], head: tuple[int, str]) -> None:
+    """Append `events` at the chain's `head` (its last seq and MAC, read under the chain lock), in this order, inside
+    the caller's transaction and chain lock: their rows and tree nodes (one INSERT of each kind for the batch),
+    then their mirror lines with one fsync, then any checkpoint that falls due."""
     db = connections[DEFAULT_DB_ALIAS]  # this thread's connection, looked up once rather than per field
-    size, prev_mac = chain_head()
+    size, prev_mac = head
     first, first_prev_mac = size + 1, prev_mac
     # Prepared INSERTs instead of Model.save / bulk_create: the ORM spent ~0.2 ms per call compiling them.
     event_insert, node_insert = _insert_sql(AuditEvent), _insert_sql(AuditTreeNode)
     # A row's tree nodes depend on those of the rows before it in the batch, not written yet.
-    store = _BatchNodeStore(DatabaseNodeStore())
+    store = _BatchNodeStore(DatabaseNodeStore(), size, _FRONTIER.at(size, prev_mac))
     lines: list[str] = []
     event_rows: list[list[Any]] = []
     node_rows: list[list[Any]] = []
@@ -376,6 +401,7 @@ def _append(events: list[AuditEvent]) -> None:
         cursor.executemany(event_insert.sql, event_rows)
         cursor.executemany(node_insert.sql, node_rows)
     Mirror(settings.FORGE_AUDIT_LOG).append(first, lines, first_prev_mac, committed_lines, kept_size)
+    _FRONTIER.keep(size, prev_mac, store.known)
     every = settings.FORGE_AUDIT_CHECKPOINT_EVENTS
     if every:
         for due in range(-(-first // every) * every, size + 1, every):
@@ -383,22 +409,51 @@ def _append(events: list[AuditEvent]) -> None:
 
 
 class _BatchNodeStore:
-    """The tree's stored nodes with a batch's new ones in front, until the batch's INSERT writes them."""
+    """The tree's stored nodes with those a batch adds, known before the batch's INSERT writes them.
 
-    def __init__(self, stored: DatabaseNodeStore) -> None:
+    Every node an append reads is either one of the frontier of the tree the batch starts from (the perfect
+    subtrees it decomposes into) or one the batch added before it. So the first read from the database takes
+    every frontier node not known yet, and no later append of the batch reads the database again."""
+
+    def __init__(self, stored: DatabaseNodeStore, size: int, known: dict[tuple[int, int], bytes]) -> None:
         self.stored = stored
-        self.added: dict[tuple[int, int], bytes] = {}
+        self.start = merkle.frontier(size)
+        self.known = dict(known)
 
     def get_many(self, positions: list[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
-        found = {position: self.added[position] for position in positions if position in self.added}
-        missing = [position for position in positions if position not in found]
-        if missing:
-            found.update(self.stored.get_many(missing))
-        return found
+        known = self.known
+        if any(position not in known for position in positions):
+            wanted = dict.fromkeys(position for position in [*positions, *self.start] if position not in known)
+            known.update(self.stored.get_many(list(wanted)))
+        return {position: known[position] for position in positions if position in known}
 
     def put_many(self, nodes: Iterable[tuple[int, int, bytes]]) -> None:
         for level, index, digest in nodes:
-            self.added[(level, index)] = digest
+            self.known[(level, index)] = digest
+
+
+class _KnownFrontier:
+    """The frontier nodes this process knows of the tree at the end of its last append, with that append's last seq
+    and MAC. They serve the next append only if the chain head it reads under the lock is that very seq and MAC:
+    the MAC chains every row before it, so the tree is then the same one (another process that appended since, or
+    a transaction that rolled back, leaves another head). Appends are serialized by the chain lock; the three
+    values are replaced together, in one assignment."""
+
+    def __init__(self) -> None:
+        self.state: tuple[int, str, dict[tuple[int, int], bytes]] = (0, GENESIS_MAC, {})
+
+    def at(self, size: int, mac: str) -> dict[tuple[int, int], bytes]:
+        known_size, known_mac, nodes = self.state
+        return nodes if known_size == size and known_mac == mac else {}
+
+    def keep(self, size: int, mac: str, known: Mapping[tuple[int, int], bytes]) -> None:
+        self.state = (size, mac, {key: known[key] for key in merkle.frontier(size) if key in known})
+
+    def forget(self) -> None:
+        self.state = (0, GENESIS_MAC, {})
+
+
+_FRONTIER = _KnownFrontier()
 
 
 def _db_values(insert: _Insert, values: Iterable[Any], db: Any) -> list[Any]:
@@ -426,8 +481,21 @@ def past_the_end(mirror_path: Path) -> tuple[int, Past, str | None]:
 
 
 def committed_lines(first: int, last: int) -> list[str]:
-    """The mirror lines of events first..last, from the database."""
-    return [event_line(event) for event in AuditEvent.objects.filter(seq__gte=first, seq__lte=last).order_by("seq")]
+    """The mirror lines of events first..last, from the database (read on the driver's cursor: another process's
+    rows are copied into this one's mirror on the append path)."""
+    attnames, sql = _rows_sql()
+    lines = []
+    for row in fastsql.fetchall(sql, (first, last)):
+        event = fastsql.loaded(AuditEvent, attnames, list(row))
+        event.ts = _stored_time(event.ts)
+        lines.append(_stored_line(event))
+    return lines
+
+
+def _stored_time(value: datetime | str) -> datetime:
+    """A `ts` as the driver gives it, as the ORM loads it: SQLite's text (UTC, as Django stores it) made aware."""
+    ts = datetime.fromisoformat(value) if isinstance(value, str) else value
+    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
 
 
 class _Insert(NamedTuple):
@@ -453,6 +521,23 @@ def _insert_sql(model: type[models.Model]) -> _Insert:
         converted=tuple(index for index, field in enumerate(fields) if not isinstance(field, plain)),
         values_of=operator.attrgetter(*(field.attname for field in fields)),
     )
+
+
+@cache
+def _rows_sql() -> tuple[list[str], str]:
+    """The attribute names of an event's fields, and the SELECT of the events in a range of seq, in seq order."""
+    fields = AuditEvent._meta.concrete_fields
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(field.column) for field in fields)
+    table = quote(AuditEvent._meta.db_table)
+    sql = f"SELECT {columns} FROM {table} WHERE seq >= %s AND seq <= %s ORDER BY seq"
+    return [field.attname for field in fields], fastsql.driver_sql(sql)
+
+
+@cache
+def _locked_head_sql() -> str:
+    """The chain lock and then the chain head, as one script (no parameters: a script goes whole)."""
+    return f"SELECT pg_advisory_xact_lock({CHAIN_LOCK_ID:d}); {_last_row_sql()}"
 
 
 @cache

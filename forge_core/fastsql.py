@@ -36,7 +36,19 @@ def fetchall(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
     return _run(sql, params, lambda cursor: cursor.fetchall())
 
 
-def _run(sql: str, params: Sequence[Any], fetch: Callable[[Any], Any]) -> Any:
+def fetchone_of_script(script: str) -> tuple[Any, ...] | None:
+    """The first row of the last statement of `script` (statements separated by `;`, no parameters), sent in one
+    round trip on this thread's connection. PostgreSQL only: SQLite's driver runs one statement at a time."""
+
+    def last_first_row(cursor: Any) -> Any:
+        while cursor.nextset():
+            pass
+        return cursor.fetchone()
+
+    return _run(script, None, last_first_row)
+
+
+def _run(sql: str, params: Sequence[Any] | None, fetch: Callable[[Any], Any]) -> Any:
     db = connections[DEFAULT_DB_ALIAS]  # looked up once: each `connection.x` goes through a thread-local proxy
     if db.connection is None:
         db.ensure_connection()
@@ -51,7 +63,7 @@ def _run(sql: str, params: Sequence[Any], fetch: Callable[[Any], Any]) -> Any:
             cursor.close()
 
 
-def loaded(model: type[Model], attnames: list[str], values: list[Any]) -> Model:
+def loaded(model: type[M], attnames: list[str], values: list[Any]) -> M:
     """An instance of `model` as the ORM loads one from a row (`Model.from_db`), without running `__init__`
     over every field: the hot path's models have no `pre_init`/`post_init` receivers to skip."""
     instance = model.__new__(model)

@@ -1,0 +1,155 @@
+"""What the append path takes without asking the database the usual way gives what the usual way gives: the lines
+of rows another process committed (read on the driver's cursor), the chain head read with the lock, and the tree
+nodes a process keeps from its last append, which a head it did not leave must set aside."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.db import connection, transaction
+
+from audit import merkle, services
+from audit.models import AuditEvent, AuditTreeNode, EventKind
+from audit.services import committed_lines, event_line, record
+from forge_core import fastsql
+from tests.audit.helpers import append_events, audit_verify, mirror_lines
+
+
+def stored_nodes() -> dict[tuple[int, int], bytes]:
+    return {(node.level, node.index): bytes(node.hash) for node in AuditTreeNode.objects.all()}
+
+
+def nodes_recomputed() -> dict[tuple[int, int], bytes]:
+    """Every tree node, recomputed from the rows' lines the general way (`event_line`)."""
+    store = _Store()
+    for size, event in enumerate(AuditEvent.objects.order_by("seq")):
+        store.put_many(merkle.nodes_for_append(size, merkle.leaf_hash(event_line(event).encode()), store))
+    return dict(store.nodes)
+
+
+class _Store:
+    def __init__(self) -> None:
+        self.nodes: dict[tuple[int, int], bytes] = {}
+
+    def get_many(self, positions):
+        return {position: self.nodes[position] for position in positions}
+
+    def put_many(self, nodes):
+        for level, index, digest in nodes:
+            self.nodes[(level, index)] = digest
+
+
+@pytest.mark.django_db
+def test_committed_lines_are_the_rows_event_lines_whatever_the_fields_hold():
+    record(EventKind.TOOL_CALL, tool='t\u00e9st "quoted"', arguments={"\u2603": ["x\n", 1.5, None]}, outcome="ok")
+    record(EventKind.SESSION_OPENED, called_by="a\\b", session="s\t", client_label="\U0001f600", project="p")
+    append_events(5)
+
+    assert committed_lines(1, 7) == [event_line(event) for event in AuditEvent.objects.order_by("seq")]
+    assert committed_lines(3, 4) == [event_line(event) for event in AuditEvent.objects.filter(seq__in=[3, 4])]
+
+
+@pytest.mark.django_db
+def test_rows_another_process_appended_are_copied_into_this_mirror_as_their_event_lines(settings, tmp_path):
+    append_events(2)
+    mine = settings.FORGE_AUDIT_LOG
+    settings.FORGE_AUDIT_LOG = tmp_path / "other" / "audit.jsonl"  # another process, with a mirror of its own
+    record(EventKind.TOOL_CALL, tool="other.process", arguments={"\u00e9": "\u2603"}, session="s")
+    append_events(3)
+    settings.FORGE_AUDIT_LOG = mine
+
+    record(EventKind.TOOL_CALL, tool="this.process")
+
+    assert mirror_lines(mine) == [event_line(event) for event in AuditEvent.objects.order_by("seq")]
+
+
+@pytest.mark.django_db
+def test_the_head_read_with_the_lock_is_the_chain_head():
+    with transaction.atomic():
+        assert services.locked_chain_head() == services.chain_head() == (0, services.GENESIS_MAC)
+    last = append_events(3)[-1]
+    with transaction.atomic():
+        assert services.locked_chain_head() == services.chain_head() == (3, last.mac)
+
+
+@pytest.mark.django_db
+def test_appends_with_the_kept_frontier_store_the_nodes_appends_without_it_store(mirror_path):
+    for number in range(37):
+        if number % 5 == 0:
+            services._FRONTIER.forget()
+        record(EventKind.TOOL_CALL, tool="test.frontier", arguments={"number": number})
+    with transaction.atomic():  # a batch of several rows, from the kept frontier
+        record(EventKind.TOOL_CALL, tool="test.in_transaction")
+        record(EventKind.TOOL_CALL, tool="test.in_transaction")
+
+    assert stored_nodes() == nodes_recomputed()
+    assert mirror_lines(mirror_path) == [event_line(event) for event in AuditEvent.objects.order_by("seq")]
+    assert audit_verify().startswith("ok 39 events")
+
+
+@pytest.mark.django_db
+def test_a_frontier_kept_for_another_head_is_not_used(mirror_path):
+    append_events(3)
+    kept = services._FRONTIER.state
+    assert kept[0] == 3 and kept[2]
+    services._FRONTIER.forget()  # another process appends: this one's frontier no longer matches the head
+    append_events(4)
+    services._FRONTIER.state = (kept[0], kept[1], {key: b"\xff" * 32 for key in kept[2]})  # wrong, were it read
+
+    append_events(9)
+
+    assert stored_nodes() == nodes_recomputed()
+    assert audit_verify().startswith("ok 16 events")
+
+
+@pytest.mark.django_db
+def test_a_frontier_left_by_a_rolled_back_append_is_not_used():
+    append_events(3)
+    with pytest.raises(RuntimeError), transaction.atomic():
+        append_events(2)
+        raise RuntimeError("the action failed after its audit rows were written")
+    assert services._FRONTIER.state[0] == 5
+
+    append_events(6)
+
+    assert stored_nodes() == nodes_recomputed()
+    assert audit_verify().startswith("ok 9 events")
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the advisory lock is PostgreSQL's")
+@pytest.mark.django_db(transaction=True)
+def test_a_head_read_after_waiting_for_the_lock_sees_the_append_that_held_it():
+    append_events(1)
+    holding, seen = threading.Event(), []
+
+    def hold_the_lock_and_append() -> None:
+        try:
+            with transaction.atomic():
+                services._append(
+                    [fastsql.built(AuditEvent, kind="tool_call", tool="holder")], services.locked_chain_head()
+                )
+                holding.set()
+                time.sleep(0.3)
+        finally:
+            connection.close()
+
+    def read_the_head() -> None:
+        try:
+            with transaction.atomic():
+                seen.append(services.locked_chain_head())
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold_the_lock_and_append)
+    holder.start()
+    assert holding.wait(10)
+    reader = threading.Thread(target=read_the_head)
+    reader.start()
+    holder.join()
+    reader.join()
+
+    last = AuditEvent.objects.order_by("-seq").first()
+    assert last is not None and last.tool == "holder"
+    assert seen == [(2, last.mac)]
