@@ -16,6 +16,7 @@ The append path uses prepared SQL: it runs on every tool call.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import json
@@ -397,7 +398,7 @@ def _append(events: list[AuditEvent], head: tuple[int, str]) -> None:
         node_rows.extend(_db_values(node_insert, (node_key(lv, i), lv, i, h), db) for lv, i, h in nodes)
         lines.append(line)
         size, prev_mac = event.seq, event.mac
-    with db.cursor() as cursor:
+    with db.cursor() as cursor, _one_round_trip(db):
         cursor.executemany(event_insert.sql, event_rows)
         cursor.executemany(node_insert.sql, node_rows)
     Mirror(settings.FORGE_AUDIT_LOG).append(first, lines, first_prev_mac, committed_lines, kept_size)
@@ -406,6 +407,17 @@ def _append(events: list[AuditEvent], head: tuple[int, str]) -> None:
     if every:
         for due in range(-(-first // every) * every, size + 1, every):
             _store_checkpoint(due)
+
+
+def _one_round_trip(db: Any) -> contextlib.AbstractContextManager[Any]:
+    """On PostgreSQL, the statements sent inside go as one pipeline, one round trip (psycopg's own `executemany`
+    makes one each); an error any of them meets is raised, as Django's, by the end of the block at the latest."""
+    if db.vendor != "postgresql":
+        return contextlib.nullcontext()
+    stack = contextlib.ExitStack()
+    stack.enter_context(db.wrap_database_errors)
+    stack.enter_context(db.connection.pipeline())
+    return stack
 
 
 class _BatchNodeStore:

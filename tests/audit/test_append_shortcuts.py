@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 
 from audit import merkle, services
 from audit.models import AuditEvent, AuditTreeNode, EventKind
@@ -153,3 +153,17 @@ def test_a_head_read_after_waiting_for_the_lock_sees_the_append_that_held_it():
     last = AuditEvent.objects.order_by("-seq").first()
     assert last is not None and last.tool == "holder"
     assert seen == [(2, last.mac)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_row_the_database_refuses_fails_the_append_with_djangos_error_and_writes_no_line(mirror_path):
+    append_events(1)
+    lines = mirror_lines(mirror_path)
+
+    with pytest.raises(IntegrityError), transaction.atomic():  # a stale head: seq 1 is taken
+        services._append([fastsql.built(AuditEvent, kind="tool_call", tool="stale")], (0, services.GENESIS_MAC))
+
+    assert mirror_lines(mirror_path) == lines
+    assert list(AuditEvent.objects.values_list("seq", flat=True)) == [1]
+    record(EventKind.TOOL_CALL, tool="after")
+    assert audit_verify().startswith("ok 2 events")
