@@ -348,9 +348,7 @@ class McpHttpConsumer(EventStreamConsumer):
     async def stream_closed(self) -> None:
         plan = self.plan
         if plan is not None and (plan.stream_id is not None or (plan.end_session_on_close and plan.session_id)):
-            await in_pool(upkeep.stream_ended)(
-                plan.stream_id, plan.session_id, end_session=plan.end_session_on_close
-            )
+            await in_pool(upkeep.stream_ended)(plan.stream_id, plan.session_id, end_session=plan.end_session_on_close)
 
     # --- events from the channel layer and the client ----------------------------------------------
 
