@@ -162,9 +162,17 @@ def _reviewed_revision(request: HttpRequest) -> int:
 def field_changes(fields: Mapping[str, Any]) -> list[str]:
     """The fields of an element the draft changes, as "type: INT → DINT" (or just the field's name)."""
     return [
-        f"{name}: {value.get('accepted') or '—'} → {value.get('draft') or '—'}" if isinstance(value, Mapping) else name
+        f"{name}: {_shown(value.get('accepted'))} → {_shown(value.get('draft'))}"
+        if isinstance(value, Mapping)
+        else name
         for name, value in fields.items()
     ]
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value) if value else "—"
 
 
 def accepted_message(accepted: Accepted) -> SafeString:

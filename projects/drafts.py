@@ -25,13 +25,12 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
-from lxml import etree
 
 from audit.models import EventKind
 from audit.services import record
 from forge_core.errors import Refusal
 from forge_core.live import notify_console
-from projects import findings, operations
+from projects import findings, operations, review_diff
 from projects.models import (
     LIVE_GROUP_STATES,
     ChangeGroup,
@@ -43,6 +42,7 @@ from projects.models import (
 )
 from projects.plcopen import documents, elements
 from projects.plcopen.paging import DEFAULT_LIMIT, check_limit, decode_cursor, encode_cursor, position_from, query_key
+from projects.plcopen.tc6 import flag
 from projects.recent import RecentValues
 from projects.services import Opened, current_document
 
@@ -642,15 +642,6 @@ def describe(project: Project, *, cursor: str | None = None, limit: int = DESCRI
         fields = _differing_fields(old, entry)
         if fields:
             changed.append({"element_id": entry.id, "fields": fields})
-    # An element whose content differs only because an element inside it was added, removed or changed
-    # says nothing the inner element's own line does not.
-    inner = [*added, *removed, *(c["element_id"] for c in changed if c["fields"] != {"content": "changed"})]
-    changed = [
-        c
-        for c in changed
-        if c["fields"] != {"content": "changed"}
-        or not any(i.lower().startswith(c["element_id"].lower() + "/") for i in inner)
-    ]
     lines: list[tuple[str, Any]] = [
         *(("added", a) for a in added),
         *(("removed", r) for r in removed),
@@ -679,17 +670,19 @@ def _differing_fields(old: elements.Entry, new: elements.Entry) -> dict[str, Any
         differing["type"] = {"accepted": old.type_text, "draft": new.type_text}
     if old.section != new.section:
         differing["section"] = {"accepted": old.section, "draft": new.section}
-    if old.kind in ("variable",):
-        for attribute in ("address",):
-            if old.element.get(attribute) != new.element.get(attribute):
-                differing[attribute] = {"accepted": old.element.get(attribute), "draft": new.element.get(attribute)}
-    if not differing and _own_xml(old.element) != _own_xml(new.element):
+    if old.kind == "variable":
+        if old.element.get("address") != new.element.get("address"):
+            differing["address"] = {"accepted": old.element.get("address"), "draft": new.element.get("address")}
+        # RETAIN and CONSTANT belong to the variable's section: a change moves it to another of the same kind.
+        for qualifier in ("retain", "constant"):
+            was, now = flag(old.element.getparent(), qualifier), flag(new.element.getparent(), qualifier)
+            if was != now:
+                differing[qualifier] = {"accepted": was, "draft": now}
+    # Content apart from the elements inside it (a POU's body, not its variables): a POU that gains a
+    # variable is not changed by that alone, one whose body was also rewritten is.
+    if not differing and review_diff.own_content_differs(old, new):
         differing["content"] = "changed"
     return differing
-
-
-def _own_xml(element: etree._Element) -> bytes:
-    return etree.tostring(element, with_tail=False)  # the tail is the whitespace after it, not its own
 
 
 # --- acceptance and discard (operators only: the console and the operator API) --------------------------

@@ -196,6 +196,22 @@ def test_the_review_names_the_fields_a_change_of_an_element_changes(operator, ca
     assert "Added (0)" in page and "Removed (0)" in page
 
 
+def test_the_review_counts_a_pou_that_gains_variables_and_a_new_body_as_changed(operator, cast, project):
+    group = begin(project, cast.caretaker)
+    stage(
+        project,
+        group,
+        [
+            add("Spill", scope="pou/FlowTotal"),
+            {"op": "set_pou_body", "id": "pou/FlowTotal", "language": "ST", "text": "Litres := Pulses / 10;"},
+        ],
+    )
+
+    response = operator.get(review_page(project))
+
+    assert "Added (1) pou/FlowTotal/var/Spill Changed (1) pou/FlowTotal content Removed (0)" in text_of(response)
+
+
 def test_the_review_puts_a_conflict_first_among_a_groups_findings(operator, cast, project):
     group = drafted(project, cast.caretaker, "ShiftCount")
     path = project_file(project)

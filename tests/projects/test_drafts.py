@@ -897,6 +897,36 @@ def test_describe_lists_a_pou_whose_body_changed(cast, project):
     assert {"element_id": "pou/Later", "fields": {"content": "changed"}} in drafts.describe(project)["changed"]
 
 
+def test_describe_lists_a_pou_that_gains_variables_and_a_new_body_as_changed(cast, project):
+    group = begin(project, cast.operator.user)
+    stage(
+        project,
+        group,
+        [
+            add("Spill", scope="pou/FlowTotal"),
+            add("Overflow", scope="pou/FlowTotal"),
+            {"op": "set_pou_body", "id": "pou/FlowTotal", "language": "ST", "text": "Litres := Pulses / 10;"},
+        ],
+    )
+
+    described = drafts.describe(project)
+
+    assert described["added"] == ["pou/FlowTotal/var/Spill", "pou/FlowTotal/var/Overflow"]
+    assert described["changed"] == [{"element_id": "pou/FlowTotal", "fields": {"content": "changed"}}]
+    assert described["counts"] == {"added": 2, "removed": 0, "changed": 1}
+
+
+def test_describe_names_a_variable_made_retain(cast, project):
+    group = begin(project, cast.operator.user)
+    stage(project, group, [{"op": "update_variable", "id": "pou/LineMain/var/Dosed", "retain": True}])
+
+    changed = drafts.describe(project)["changed"]
+
+    assert changed == [
+        {"element_id": "pou/LineMain/var/Dosed", "fields": {"retain": {"accepted": False, "draft": True}}}
+    ]
+
+
 # --- caps and paging --------------------------------------------------------------------------------------
 
 
