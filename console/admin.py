@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from django.contrib import admin, messages
+from django.http import Http404, HttpRequest, HttpResponse
+from django.urls import re_path, reverse
 
 from access.grants import AccessDecisionRefused, do_decide_access, do_revoke_access
-from access.models import AccessRequest, ClientToken, McpSession, ServerState
+from access.models import AccessRequest, AccessState, ClientToken, McpSession, ServerState
 from access.services import do_revoke_token, do_switch_mcp
+from console.confirmed import Decision, buttons, decide
 from forge_core.console import ReadOnlyModelAdmin, refused
+from projects.rights import can_grant
 
 
 @admin.register(ClientToken)
@@ -76,15 +80,74 @@ class ServerStateAdmin(admin.ModelAdmin):
         self.message_user(request, f"MCP switched {word}." if changed else f"MCP was already {word}.", messages.SUCCESS)
 
 
+def _allow(pk: int, request: HttpRequest) -> object:
+    return do_decide_access(pk, allow=True, user=request.user)
+
+
+def _deny(pk: int, request: HttpRequest) -> object:
+    return do_decide_access(pk, allow=False, user=request.user)
+
+
+def _revoke(pk: int, request: HttpRequest) -> object:
+    return do_revoke_access(pk, user=request.user)
+
+
+# The decisions on an access request, by name, and the states each one applies to. The row buttons, the
+# record's page and the bulk actions all call the same action functions (access.grants), which audit.
+ACCESS_DECISIONS = {
+    "allow": Decision(
+        "allow",
+        "Allow",
+        "Let this session work on {record.project.slug}?",
+        "Allowed {record.token.label} on {record.project.slug}.",
+        destructive=False,
+        act=_allow,
+    ),
+    "deny": Decision(
+        "deny",
+        "Deny",
+        "Deny this session access to {record.project.slug}? Its project calls stay refused; the client may ask again "
+        "from a new session.",
+        "Denied {record.token.label} on {record.project.slug}.",
+        destructive=True,
+        act=_deny,
+    ),
+    "revoke": Decision(
+        "revoke",
+        "Revoke",
+        "Revoke this session's access to {record.project.slug}? Its next project call is refused and its pending "
+        "confirmations on the project are cancelled.",
+        "Revoked {record.token.label} on {record.project.slug}.",
+        destructive=True,
+        act=_revoke,
+    ),
+}
+OPEN_DECISIONS = {
+    AccessState.PENDING: ("allow", "deny"),
+    AccessState.ALLOWED: ("revoke",),
+}
+
+
 @admin.register(AccessRequest)
 class AccessRequestAdmin(ReadOnlyModelAdmin):
-    """Access requests (gate 2): allow, deny or revoke. Each decision is audited with the deciding user."""
+    """Access requests (gate 2): allow, deny or revoke, from a row, from the request's page, or for several at
+    once. Each decision is audited with the deciding user."""
 
-    list_display = ("project", "principal", "client_label", "state", "session_id", "created_at", "decided_by")
+    list_display = (
+        "project",
+        "principal",
+        "client_label",
+        "state",
+        "session_id",
+        "created_at",
+        "decided_by",
+    )
     list_filter = ("state", "project")
     list_select_related = ("project", "token__owner")
     search_fields = ("project__slug", "token__label", "token__owner__username", "session__id")
     actions = ["allow", "deny", "revoke"]
+    change_list_template = "admin/access/accessrequest/change_list.html"
+    change_form_template = "admin/access/accessrequest/change_form.html"
 
     @admin.display(description="principal", ordering="token__owner__username")
     def principal(self, request: AccessRequest) -> str:
@@ -94,29 +157,73 @@ class AccessRequestAdmin(ReadOnlyModelAdmin):
     def client_label(self, request: AccessRequest) -> str:
         return request.token.label
 
-    def get_actions(self, request):
-        # ReadOnlyModelAdmin denies change permission, which hides actions; decisions check grant_access
-        # themselves (per project), so they are offered to every console user.
-        # _get_base_actions is ModelAdmin's own (private, so django-stubs leaves it out).
-        return {name: (func, name, desc) for func, name, desc in self._get_base_actions()}  # type: ignore[attr-defined]
+    def get_list_display(self, request: HttpRequest):
+        # The row buttons need the request (may this user decide? which page to come back to?); the admin
+        # instance is shared by every request, so the column is made per request rather than kept on it.
+        @admin.display(description="decide")
+        def decisions(access_request: AccessRequest) -> str:
+            return buttons(self.open_decisions(request, access_request), back=request.get_full_path())
+
+        return (*super().get_list_display(request), decisions)
+
+    def open_decisions(self, request: HttpRequest, access_request: AccessRequest) -> list[tuple[Decision, str]]:
+        """The decisions the request's state allows, with their addresses; none for a user who may not grant
+        access to its project (the action would refuse them)."""
+        if not can_grant(request.user, access_request.project):
+            return []
+        return [
+            (ACCESS_DECISIONS[name], reverse("admin:access_accessrequest_decide", args=[access_request.pk, name]))
+            for name in OPEN_DECISIONS.get(AccessState(access_request.state), ())
+        ]
+
+    def get_urls(self):
+        return [
+            re_path(
+                rf"^(?P<pk>\d+)/(?P<name>{'|'.join(ACCESS_DECISIONS)})/$",
+                self.admin_site.admin_view(self.decide_view),
+                name="access_accessrequest_decide",
+            ),
+            *super().get_urls(),
+        ]
+
+    def decide_view(self, request: HttpRequest, pk: str, name: str) -> HttpResponse:
+        access_request = (
+            AccessRequest.objects.select_related("project", "token__owner", "session").filter(pk=pk).first()
+        )
+        if access_request is None or not self.has_view_permission(request):
+            raise Http404("No such access request.")
+        facts = [
+            ("Project", access_request.project),
+            ("Principal", access_request.token.owner.get_username()),
+            ("Client", access_request.token.label),
+            ("Session", access_request.session_id),
+            ("State", access_request.get_state_display()),
+        ]
+        fallback = reverse("admin:access_accessrequest_change", args=[pk])
+        return decide(self, request, access_request, ACCESS_DECISIONS[name], fallback=fallback, facts=facts)
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict | None = None):
+        access_request = self.get_object(request, object_id)
+        decisions = self.open_decisions(request, access_request) if access_request else []
+        return super().change_view(request, object_id, form_url, {**(extra_context or {}), "decisions": decisions})
 
     @admin.action(description="Allow the selected pending requests")
     def allow(self, request, queryset) -> None:
-        self._decide(request, queryset, lambda pk: do_decide_access(pk, allow=True, user=request.user))
+        self._decide(request, queryset, ACCESS_DECISIONS["allow"])
 
     @admin.action(description="Deny the selected pending requests")
     def deny(self, request, queryset) -> None:
-        self._decide(request, queryset, lambda pk: do_decide_access(pk, allow=False, user=request.user))
+        self._decide(request, queryset, ACCESS_DECISIONS["deny"])
 
     @admin.action(description="Revoke the selected allowed grants")
     def revoke(self, request, queryset) -> None:
-        self._decide(request, queryset, lambda pk: do_revoke_access(pk, user=request.user))
+        self._decide(request, queryset, ACCESS_DECISIONS["revoke"])
 
-    def _decide(self, request, queryset, decide) -> None:
+    def _decide(self, request, queryset, decision: Decision) -> None:
         done = 0
         for pk in queryset.values_list("pk", flat=True):
             try:
-                decide(pk)
+                decision.act(pk, request)
                 done += 1
             except AccessDecisionRefused as refusal:
                 refused(request, refusal, about=f"Request {pk}")
