@@ -332,7 +332,8 @@ def switch_mcp(request: HttpRequest) -> HttpResponse:
 
 def moved_to_access(request: HttpRequest, rest: str) -> HttpResponse:
     """The screens of tokens, sessions, the switch and access requests were under /console/mcp_api/ until
-    their models moved to the access app: a bookmark or an old link lands on the same screen."""
+    their models moved to the access app: a bookmark or an old link (the app's index page included) lands on
+    the same screen."""
     query = request.META.get("QUERY_STRING", "")
     return HttpResponsePermanentRedirect(f"{reverse('admin:index')}access/{rest}" + (f"?{query}" if query else ""))
 
@@ -348,7 +349,9 @@ class ConsoleSite(admin.AdminSite):
             path("confirmations/<uuid:confirmation_id>/", self.admin_view(confirmation_link), name="confirmation_link"),
             *DraftScreens(self).urls,
             *CaretakerScreens(self).urls,
-            re_path(r"^mcp_api/(?P<rest>(?:clienttoken|mcpsession|serverstate|accessrequest)/.*)$", moved_to_access),
+            re_path(
+                r"^mcp_api/(?P<rest>(?:(?:clienttoken|mcpsession|serverstate|accessrequest)/.*)?)$", moved_to_access
+            ),
             *super().get_urls(),
         ]
 

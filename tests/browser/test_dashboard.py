@@ -122,7 +122,7 @@ def test_the_dashboard_runs_under_its_content_security_policy_with_nothing_refus
 
     assert response is not None
     assert "script-src 'self'" in response.headers["content-security-policy"]
-    # The live feed (console.js, a static file) connected, and the Copy button's script (dashboard.js) runs.
+    # The live feed (console.js, a static file) connected, and the Copy button works (console.js).
     expect(page.locator("html")).to_have_attribute("data-forge-live", "open")
     page.locator("#configuration-cursor").get_by_role("button", name="Copy").click()
     expect(page.locator("#configuration-cursor button")).not_to_have_text("Copy")

@@ -82,3 +82,25 @@ document.addEventListener("click", function (event) {
   var button = event.target.closest && event.target.closest("button[data-confirm]");
   if (button && !window.confirm(button.dataset.confirm)) event.preventDefault();
 });
+
+// Copy buttons (a client configuration, an enrollment code, a token shown once): a button with class "copy"
+// and data-copy naming the element whose text it copies. One listener on the document, so buttons the live
+// swap above brings in copy too.
+document.addEventListener("click", async function (event) {
+  var button = event.target.closest && event.target.closest("button.copy[data-copy]");
+  if (!button) return;
+  var source = document.getElementById(button.dataset.copy);
+  if (!source) return;
+  try {
+    await navigator.clipboard.writeText(source.textContent.trim());
+    button.textContent = "Copied";
+  } catch (refused) {
+    // No clipboard outside a secure context (plain http on a non-loopback host): select the text for Ctrl+C.
+    var range = document.createRange();
+    range.selectNodeContents(source);
+    window.getSelection().removeAllRanges();
+    window.getSelection().addRange(range);
+    button.textContent = "Selected: press Ctrl+C";
+  }
+  setTimeout(function () { button.textContent = "Copy"; }, 2000);
+});
