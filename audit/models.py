@@ -37,6 +37,7 @@ class EventKind(models.TextChoices):
     ORIGIN_REFUSED = "origin_refused"
     REQUEST_REFUSED = "request_refused"  # an authenticated request refused whole before any of it ran
     OPERATOR_CREATED = "operator_created"
+    AUDIT_EXPORTED = "audit_exported"  # an operator exported a range of the log from the console (or was refused)
 
 
 class RowidKey(models.BigIntegerField):
