@@ -3,8 +3,9 @@
 The person and the AI client are two identities: the demo operator (`operator`) logs in to the console,
 and the demo client token belongs to its own principal (`demo-client`), who is no operator and may view
 the demo project only, so the audit log tells what the client asked from what the person decided. The
-demo operator's password and the demo client token are kept in `$FORGE_DATA_DIR/secrets/` (mode 0600) so
-that running the quickstart again prints the same credentials; the database holds only the token's digest.
+demo operator's password and the demo client token are kept in `$FORGE_DATA_DIR/secrets/` (mode 0600); the
+password is printed on the run that makes the operator, and later runs keep the operator's password as it is
+(so nobody is logged out); the database holds only the token's digest.
 A token kept from an earlier version that belongs to the operator is revoked and replaced. Prints the URLs and a ready client configuration (the console's dashboard shows the same
 configurations, with a placeholder for the token).
 """
@@ -52,12 +53,17 @@ class Command(BaseCommand):
     def handle(self, *args, host: str, port: int, **options) -> None:
         folder = settings.FORGE_SECRETS_DIR
         password_file, token_file = folder / "demo-operator-password", folder / "demo-token"
-        if password_file.exists():
-            password = password_file.read_text().strip()
+        # The password is made and printed once, with the operator; later runs leave both alone (a new
+        # hash would log out every browser of the operator), so a password changed since is kept too.
+        made = not User.objects.filter(username=DEMO_OPERATOR).exists()
+        if made and not password_file.exists():
+            _write_secret(password_file, secrets.token_urlsafe(12))
+        password = password_file.read_text().strip() if password_file.exists() else ""
+        do_create_operator(DEMO_OPERATOR, password, acting_user="demo_setup", reset_password=False)
+        if made:
+            login = f"login {DEMO_OPERATOR} / {password}"
         else:
-            password = secrets.token_urlsafe(12)
-            _write_secret(password_file, password)
-        do_create_operator(DEMO_OPERATOR, password, acting_user="demo_setup")
+            login = f"login {DEMO_OPERATOR}, with the password printed when it was made ({password_file})"
         project = ensure_demo_project()
         principal = ensure_demo_principal(project)
         token = token_file.read_text().strip() if token_file.exists() else ""
@@ -80,10 +86,12 @@ class Command(BaseCommand):
                     f"MCP (Streamable HTTP): {url}",
                     f"MCP (legacy SSE):      {sse_url}",
                     f"Client token:          {token}",
-                    f"Console:               {base}/console/  (login {DEMO_OPERATOR} / {password})",
+                    f"Console:               {base}/console/  ({login})",
                     f"Demo project:          {DEMO_PROJECT}  (try project.overview with project={DEMO_PROJECT!r})",
                     "MCP is switched on for the demo; 'python manage.py mcp_switch off' (or the console) turns it off.",
-                    "A session's first project call asks for access: allow it in the console (Access requests).",
+                    "Access: a session's first project call asks for it; a stateless client (revision 2026-07-28) is",
+                    "refused with FORGE_ERR_PROJECT_ACCESS_PENDING until it calls session.request_access, which asks",
+                    "and returns the session_handle to pass with every project call. Allow it in the console.",
                     "",
                     "Client configuration (Claude Desktop, claude_desktop_config.json):",
                     json.dumps(configurations["claude_desktop"], indent=2),
