@@ -13,7 +13,7 @@ happened. Reading either screen expires what is due first, so nothing past its t
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from django.contrib import admin, messages
@@ -57,6 +57,8 @@ from forge_core.errors import AuditUnavailable, Refusal
 log = logging.getLogger(__name__)
 
 NOT_AUDITED = "Nothing was done: the audit log could not be written (see the server log)."
+# The preview's key for the change POU by POU, shown as a view of its own rather than as a section.
+CHANGE_VIEW = "change_view"
 
 Done = TypeVar("Done", PendingConfirmation, Contract)
 Describe = Callable[[Done], tuple[int, str]]  # the message level and text that say how a decision went
@@ -140,7 +142,10 @@ class PendingConfirmationAdmin(MemorableIdSearch, ReadOnlyModelAdmin):
             "typed_id_of_key": bool(confirmation.key_memorable_id),
             "countdown": countdown(confirmation.expires_at, confirmation.state),
             "arguments": pretty_json(confirmation.arguments),
-            "preview": preview_sections(confirmation.preview),
+            "preview": preview_sections(
+                {key: value for key, value in confirmation.preview.items() if key != CHANGE_VIEW}
+            ),
+            "change_view": _change_view(confirmation.preview),
             "outcome": pretty_json(confirmation.outcome) if confirmation.outcome else "",
             "contract": contract,
             "contract_link": contract_link(str(contract.pk), contract.memorable_id) if contract else "",
@@ -301,6 +306,13 @@ def carried_out(
     level, text = describe(done)
     model_admin.message_user(request, text, level)
     return HttpResponseRedirect(page)
+
+
+def _change_view(preview: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The change POU by POU a project write's preview carries (`projects.review_diff`), sealed with it:
+    what the page shows is what the approval binds, not a reading of the file as it is now."""
+    found = preview.get(CHANGE_VIEW)
+    return found if isinstance(found, Mapping) and isinstance(found.get("units"), list) else None
 
 
 def _expire_due(request: HttpRequest) -> None:

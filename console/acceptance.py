@@ -32,7 +32,7 @@ from audit.services import record
 from confirmations import executor, sealing
 from confirmations.models import Contract, ContractState
 from forge_core.errors import Refusal
-from projects import drafts, plcopen
+from projects import drafts, plcopen, review_diff
 from projects.capability import ACCEPT_DRAFT
 from projects.models import LIVE_GROUP_STATES, ChangeGroup, DraftEvent, Project, StagedOperation, WorkingDraft
 from projects.preview import unified_diff
@@ -179,6 +179,7 @@ class DraftReview:
     operations: int
     diff: str
     diff_truncated: bool
+    change_view: dict[str, Any]  # review_diff.change_view: POU by POU, the body's lines and the variable table
     described: dict[str, Any]  # drafts.describe: added, removed, changed (with fields), truncated
     groups: list[GroupReview]
     updated_at: datetime
@@ -220,6 +221,7 @@ def review(project: Project) -> DraftReview:
         operations=sum(group.operations for group in groups),
         diff=diff,
         diff_truncated=cut,
+        change_view=review_diff.change_view(materialized.accepted, materialized.document),
         described=drafts.describe(project),
         groups=groups,
         updated_at=draft.updated_at,

@@ -3,7 +3,9 @@
 `preview_change` applies an intent (operations plus the modification stamp) exactly as the executor's
 project-file capability will, so the bytes previewed are the bytes written. The diff is a unified diff
 of the file (operations keep every untouched element byte for byte, so it stays small), bounded for the
-screen; findings are compared before and after, so a reviewer sees what the change breaks or repairs.
+screen, and beside it the change POU by POU (`projects.review_diff`: the body's lines, the variable table),
+which the confirmation's seal covers like the rest of the preview; findings are compared before and after,
+so a reviewer sees what the change breaks or repairs.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from projects import findings
 from projects.capability import applied, remember_result
 from projects.plcopen import documents
+from projects.review_diff import change_view
 
 DIFF_MAX_LINES = 400
 DIFF_MAX_CHARS = 40_000
@@ -64,6 +67,7 @@ def preview_change(current: bytes, intent: Mapping[str, Any], *, name: str) -> P
         "changed_ids": list(result.changed_ids),
         "diff": diff,
         "diff_truncated": cut,
+        "change_view": change_view(document, result.doc),
         "new_findings": sorted(added, key=ordering)[:FINDINGS_MAX],
         "resolved_findings": sorted(cleared, key=ordering)[:FINDINGS_MAX],
         "result_fingerprint": documents.fingerprint(after),

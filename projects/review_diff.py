@@ -116,6 +116,8 @@ def change_view(before: ProjectDocument, after: ProjectDocument) -> dict[str, An
     """What turns `before` into `after`: one unit per POU, configuration or resource that was added,
     removed or changed (its facts, its body's line diff, its variable table's diff), then the data types,
     tasks and instances added, removed or changed, by id. Bounded: `truncated` says something was cut."""
+    if before is after:  # a draft that changes nothing materializes as the accepted document itself
+        return {"units": [], "others": [], "truncated": False}
     old_index, new_index = before.index, after.index
     budget = _Budget()
     units: list[dict[str, Any]] = []

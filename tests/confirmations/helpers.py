@@ -16,11 +16,13 @@ from django.conf import settings
 
 from audit.models import AuditEvent, EventKind
 from confirmations import executor
-from confirmations.models import Contract, ContractEvent, ContractState, TargetReservation
+from confirmations.models import Contract, ContractEvent, ContractState, PendingConfirmation, TargetReservation
+from confirmations.services import do_create_confirmation
 from forge_core.capabilities import ExecutionRefused
-from projects.capability import apply_intent, intent_for
+from projects.capability import APPLY_OPERATIONS, apply_intent, intent_for
 from projects.models import Project
 from projects.plcopen import documents
+from projects.preview import preview_change
 
 ACTOR = "olivia"
 NEW_VARIABLE = "ForgeNewCounter"
@@ -142,3 +144,30 @@ def schema_errors(data: bytes) -> list[documents.SchemaError]:
 
 def temp_files(folder: Path) -> list[str]:
     return sorted(path.name for path in folder.iterdir() if path.name.endswith(".tmp"))
+
+
+def propose_write(
+    member: Any, project: Project, ops: list[dict[str, Any]], *, tool: str, question: str, label: str
+) -> PendingConfirmation:
+    """What a write tool does: preview the operations on the file as it is (the preview sealed with the
+    confirmation), and suspend them for an operator's decision; `member`'s client asks."""
+    current = project_file(project).read_bytes()
+    intent = intent_for(ops, STAMP)
+    preview = preview_change(current, intent, name=project.path)
+    return do_create_confirmation(
+        tool=tool,
+        arguments=ops[0] if len(ops) == 1 else {"operations": ops},
+        question=question,
+        preview={**preview.content, "result": {"project": project.slug}},
+        principal=member.user,
+        session_id="session-1",
+        client_label=member.token.label,
+        project=project.slug,
+        capability="project.file",
+        method=APPLY_OPERATIONS,
+        target={"project": project.slug},
+        intent=intent,
+        base_fingerprint=documents.fingerprint(current),
+        result_digest=documents.fingerprint(preview.result),
+        label=label,
+    )

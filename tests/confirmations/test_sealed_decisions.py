@@ -16,12 +16,12 @@ import pytest
 from audit.models import AuditEvent, EventKind
 from confirmations import services
 from confirmations.models import ConfirmationState, Contract, ContractState, PendingConfirmation
-from confirmations.services import DecisionRefused, do_approve_confirmation, do_create_confirmation, is_authentic
-from projects.capability import APPLY_OPERATIONS, intent_for
+from confirmations.services import DecisionRefused, do_approve_confirmation, is_authentic
+from projects.capability import intent_for
 from projects.models import Project
 from projects.plcopen import documents
 from projects.preview import preview_change
-from tests.confirmations.helpers import STAMP, project_file
+from tests.confirmations.helpers import STAMP, project_file, propose_write
 
 pytestmark = pytest.mark.django_db
 
@@ -32,24 +32,12 @@ HOSTILE = {"op": "remove_pou", "id": "pou/FlowTotal"}
 
 def propose(cast, project: Project, op: dict[str, Any] = INNOCENT) -> PendingConfirmation:
     """What a write tool does: preview the operation on the file as it is, and suspend it for a decision."""
-    current = project_file(project).read_bytes()
-    intent = intent_for([op], STAMP)
-    preview = preview_change(current, intent, name=project.path)
-    return do_create_confirmation(
+    return propose_write(
+        cast.caretaker,
+        project,
+        [op],
         tool="project.write.add_variable",
-        arguments=op,
         question=f"carla asks to add variable InnocentVar to LineMain in {project.slug}.",
-        preview={**preview.content, "result": {"project": project.slug}},
-        principal=cast.caretaker.user,
-        session_id="session-1",
-        client_label="carla-client",
-        project=project.slug,
-        capability="project.file",
-        method=APPLY_OPERATIONS,
-        target={"project": project.slug},
-        intent=intent,
-        base_fingerprint=documents.fingerprint(current),
-        result_digest=documents.fingerprint(preview.result),
         label="add InnocentVar",
     )
 

@@ -82,6 +82,13 @@ def text_of(response) -> str:
     return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", response.content.decode())).split())
 
 
+def spill_counted_with_a_new_body(project: Project, cast) -> None:
+    """Carla's client adds variable Spill to FlowTotal and rewrites its ST body to one line."""
+    group = begin(project, cast.caretaker)
+    new_body = {"op": "set_pou_body", "id": "pou/FlowTotal", "language": "ST", "text": "Litres := Pulses / 10;"}
+    stage(project, group, [add("Spill", scope="pou/FlowTotal"), new_body])
+
+
 # --- the list --------------------------------------------------------------------------------------
 
 
@@ -197,19 +204,31 @@ def test_the_review_names_the_fields_a_change_of_an_element_changes(operator, ca
 
 
 def test_the_review_counts_a_pou_that_gains_variables_and_a_new_body_as_changed(operator, cast, project):
-    group = begin(project, cast.caretaker)
-    stage(
-        project,
-        group,
-        [
-            add("Spill", scope="pou/FlowTotal"),
-            {"op": "set_pou_body", "id": "pou/FlowTotal", "language": "ST", "text": "Litres := Pulses / 10;"},
-        ],
-    )
+    spill_counted_with_a_new_body(project, cast)
 
     response = operator.get(review_page(project))
 
     assert "Added (1) pou/FlowTotal/var/Spill Changed (1) pou/FlowTotal content Removed (0)" in text_of(response)
+
+
+def test_the_review_shows_each_pou_with_its_body_lines_numbered_and_its_variable_table_diff(operator, cast, project):
+    spill_counted_with_a_new_body(project, cast)
+
+    page = operator.get(review_page(project)).content.decode()
+
+    unit = page.split('id="cv-pouflowtotal"')[1].split("</section>")[0]
+    assert '<span class="cv-status">changed</span> POU <code>FlowTotal</code> (functionBlock)' in unit
+    assert (
+        '<tr class="cv-added"><td class="cv-ln"></td><td class="cv-ln">1</td><td class="cv-code">Litres := Pulses / 10;</td></tr>'
+        in unit
+    )
+    assert (
+        '<tr class="cv-removed"><td class="cv-ln">2</td><td class="cv-ln"></td><td class="cv-code">IF Clear THEN</td></tr>'
+        in unit
+    )
+    assert '<tr class="cv-added"><td>added</td><td><code>Spill</code></td><td>localVars</td><td>INT</td>' in unit
+    raw = page.split('<details class="forge-raw-diff" id="raw-diff">')[1].split("</details>")[0]
+    assert '<span class="added">+            &lt;variable name=&quot;Spill&quot;&gt;</span>' in raw
 
 
 def test_the_review_puts_a_conflict_first_among_a_groups_findings(operator, cast, project):
