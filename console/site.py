@@ -38,6 +38,7 @@ from access import tls
 from access.hotpath import mcp_enabled
 from access.models import AccessRequest, AccessState, McpSession, ServerState, Transport
 from access.services import do_switch_mcp
+from audit.models import EventKind
 from caretaker import trust
 from caretaker.activation import may_act
 from caretaker.models import Peer
@@ -267,6 +268,8 @@ class Dashboard:
     expiring_certificates: list[Peer] | None = None
     # The HTTPS listener and the mutual-TLS configurations, None while this process serves no TLS.
     tls: ServedTls | None = None
+    # The switch's turns in the audit log, for a user who may read it (None for anyone else).
+    switch_history_url: str | None = None
 
     @property
     def shows_waiting_items(self) -> bool:
@@ -303,6 +306,11 @@ def dashboard(request: HttpRequest) -> Dashboard:
         drafts_waiting=waiting(user).count() if user.has_perm("projects.view_project") else None,
         expiring_certificates=expiring_certificates() if may_act(user) else None,
         tls=served_tls(request),
+        switch_history_url=(
+            f"{reverse('admin:audit_auditevent_changelist')}?kind={EventKind.MCP_SWITCHED}"
+            if user.has_perm("audit.view_auditevent")
+            else None
+        ),
     )
 
 
@@ -338,6 +346,11 @@ def moved_to_access(request: HttpRequest, rest: str) -> HttpResponse:
     return HttpResponsePermanentRedirect(f"{reverse('admin:index')}access/{rest}" + (f"?{query}" if query else ""))
 
 
+# Model screens folded into the dashboard, which shows what they held: (app label, model name) -> the
+# dashboard's panel. The menus leave them out, and their addresses land on the panel.
+FOLDED_INTO_DASHBOARD = {("access", "serverstate"): "mcp-switch"}
+
+
 class ConsoleSite(admin.AdminSite):
     site_header = "Forge MCP console"
     site_title = "Forge MCP"
@@ -346,6 +359,7 @@ class ConsoleSite(admin.AdminSite):
     def get_urls(self) -> list[URLPattern | URLResolver]:
         return [
             path("mcp-switch/", self.admin_view(switch_mcp), name="mcp_switch"),
+            re_path(r"^access/serverstate/(?P<rest>.*)$", self.admin_view(self.server_state), name="server_state"),
             path("confirmations/<uuid:confirmation_id>/", self.admin_view(confirmation_link), name="confirmation_link"),
             *DraftScreens(self).urls,
             *CaretakerScreens(self).urls,
@@ -361,6 +375,27 @@ class ConsoleSite(admin.AdminSite):
     # The stubs narrow the admin's logout to a TemplateResponse; a logout that could not be recorded redirects.
     def logout(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:  # type: ignore[override]
         return logout_failing_closed(request, lambda: super(ConsoleSite, self).logout(request, extra_context))
+
+    def server_state(self, request: HttpRequest, rest: str) -> HttpResponse:
+        """The server state's screens, folded into the dashboard: its switch panel shows the one row (the
+        switch, who turned it and when) and turns it. A visit lands on that panel; the list's switch actions
+        (a POST, as scripts written for the old screen send) still run, and come back to the dashboard with
+        their message."""
+        if request.method == "POST" and not rest:
+            return self._registry[ServerState].changelist_view(request)
+        return HttpResponseRedirect(f"{reverse('admin:index')}#{FOLDED_INTO_DASHBOARD['access', 'serverstate']}")
+
+    def get_app_list(self, request: HttpRequest, app_label: str | None = None) -> list[dict[str, Any]]:
+        apps = []
+        for app in super().get_app_list(request, app_label):
+            models = [
+                model
+                for model in app["models"]
+                if (app["app_label"], model["object_name"].lower()) not in FOLDED_INTO_DASHBOARD
+            ]
+            if models:
+                apps.append({**app, "models": models})
+        return apps
 
     def index(self, request: HttpRequest, extra_context: dict | None = None) -> TemplateResponse:
         return super().index(request, extra_context={"dashboard": dashboard(request), **(extra_context or {})})
