@@ -158,16 +158,29 @@ def _audit_decision(request: AccessRequest, user: User | AnonymousUser, outcome:
     )
 
 
-def end_grants(*, reason: str, session: McpSession | None = None, token: ClientToken | None = None) -> int:
-    """End the open requests and grants of a session, of a token, or (neither given) of everyone.
+def end_grants(
+    *,
+    reason: str,
+    session: McpSession | None = None,
+    token: ClientToken | None = None,
+    owner: User | None = None,
+    project: Project | None = None,
+) -> int:
+    """End the open requests and grants of a session, of a token, of every token of an owner, on one project
+    or on all (none of them given: everyone's).
 
-    Runs inside the caller's transaction (session end, token revocation, MCP switched off).
+    Runs inside the caller's transaction (session end, token revocation, MCP switched off, a project hidden
+    from a principal).
     """
     open_requests = AccessRequest.objects.filter(state__in=OPEN_STATES)
     if session is not None:
         open_requests = open_requests.filter(session=session)
     if token is not None:
         open_requests = open_requests.filter(token=token)
+    if owner is not None:
+        open_requests = open_requests.filter(token__owner=owner)
+    if project is not None:
+        open_requests = open_requests.filter(project=project)
     sessions = list(open_requests.values_list("session_id", flat=True).distinct())
     ended = open_requests.update(state=AccessState.ENDED, decided_at=timezone.now(), decided_by=reason)
     if ended:

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import models
 from django.utils import timezone
 
@@ -89,6 +90,15 @@ class ClientToken(BearerToken):
     @property
     def principal(self) -> str:
         return f"token:{self.pk}"
+
+
+class ClientPrincipal(User):
+    """A user that client tokens act for, as the console's principals screen shows it: which projects it may
+    see (`access.principals`). A proxy of the user: no table of its own."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "client principal"
 
 
 class Transport(models.TextChoices):

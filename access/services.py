@@ -46,8 +46,16 @@ class NewToken:
     raw: str
 
 
-def do_create_token(*, owner: User, label: str, expires_at: datetime | None = None, acting_user: str = "") -> NewToken:
-    """Create a client token and return it with its raw value, which is shown once and never stored."""
+def do_create_token(
+    *,
+    owner: User,
+    label: str,
+    expires_at: datetime | None = None,
+    acting_user: str = "",
+    owner_created: bool = False,
+) -> NewToken:
+    """Create a client token and return it with its raw value, which is shown once and never stored.
+    `owner_created`: the owner was made for this token in the caller's transaction (the audit row says so)."""
     minted = mint_token(CLIENT_TOKEN_PREFIX)
     with transaction.atomic():
         token = ClientToken.objects.create(
@@ -59,6 +67,7 @@ def do_create_token(*, owner: User, label: str, expires_at: datetime | None = No
             outcome="created",
             called_by=acting_user or owner.get_username(),
             expires_at=str(expires_at or ""),
+            **({"owner_created": True} if owner_created else {}),
         )
     return NewToken(token=token, raw=minted.raw)
 

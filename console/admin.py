@@ -1,41 +1,21 @@
-"""Console screens for client tokens and MCP sessions."""
+"""Console screens of access requests, MCP sessions and the switch (the tokens' and principals' are in
+`console.identities`, registered with these)."""
 
 from __future__ import annotations
 
+from axes import admin as axes_admin
+from axes.models import AccessAttempt, AccessFailureLog, AccessLog
 from django.contrib import admin, messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import re_path, reverse
 
-from access.grants import AccessDecisionRefused, do_decide_access, do_revoke_access
-from access.models import AccessRequest, AccessState, ClientToken, McpSession, ServerState
-from access.services import do_revoke_token, do_switch_mcp
-from console.confirmed import Decision, buttons, decide
-from forge_core.console import ReadOnlyModelAdmin, refused
+from access.grants import do_decide_access, do_revoke_access
+from access.models import AccessRequest, AccessState, McpSession, ServerState
+from access.services import do_switch_mcp
+from console import identities as identities  # registers the token and principal screens
+from console.confirmed import DecidedOnRecords, Decision, decide, decide_each
+from forge_core.console import ReadOnlyModelAdmin
 from projects.rights import can_grant
-
-
-@admin.register(ClientToken)
-class ClientTokenAdmin(admin.ModelAdmin):
-    list_display = ("label", "owner", "prefix", "created_at", "expires_at", "revoked_at", "last_used_at")
-    list_filter = ("revoked_at", "expires_at")
-    list_select_related = ("owner",)
-    search_fields = ("label", "prefix", "owner__username")
-    readonly_fields = ("label", "owner", "prefix", "digest", "created_at", "expires_at", "revoked_at", "last_used_at")
-    actions = ["revoke"]
-
-    def has_add_permission(self, request) -> bool:
-        return False  # tokens are made by create_token (the raw value is shown once)
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False  # revoke instead: the audit log refers to tokens
-
-    @admin.action(description="Revoke the selected tokens (refuses their next request, closes their streams)")
-    def revoke(self, request, queryset) -> None:
-        count = 0
-        for token in queryset.filter(revoked_at__isnull=True):
-            do_revoke_token(token, acting_user=request.user.get_username())
-            count += 1
-        self.message_user(request, f"Revoked {count} token(s).", messages.SUCCESS)
 
 
 @admin.register(McpSession)
@@ -129,7 +109,7 @@ OPEN_DECISIONS = {
 
 
 @admin.register(AccessRequest)
-class AccessRequestAdmin(ReadOnlyModelAdmin):
+class AccessRequestAdmin(DecidedOnRecords, ReadOnlyModelAdmin):
     """Access requests (gate 2): allow, deny or revoke, from a row, from the request's page, or for several at
     once. Each decision is audited with the deciding user."""
 
@@ -147,7 +127,6 @@ class AccessRequestAdmin(ReadOnlyModelAdmin):
     search_fields = ("project__slug", "token__label", "token__owner__username", "session__id")
     actions = ["allow", "deny", "revoke"]
     change_list_template = "admin/access/accessrequest/change_list.html"
-    change_form_template = "admin/access/accessrequest/change_form.html"
 
     @admin.display(description="principal", ordering="token__owner__username")
     def principal(self, request: AccessRequest) -> str:
@@ -157,16 +136,7 @@ class AccessRequestAdmin(ReadOnlyModelAdmin):
     def client_label(self, request: AccessRequest) -> str:
         return request.token.label
 
-    def get_list_display(self, request: HttpRequest):
-        # The row buttons need the request (may this user decide? which page to come back to?); the admin
-        # instance is shared by every request, so the column is made per request rather than kept on it.
-        @admin.display(description="decide")
-        def decisions(access_request: AccessRequest) -> str:
-            return buttons(self.open_decisions(request, access_request), back=request.get_full_path())
-
-        return (*super().get_list_display(request), decisions)
-
-    def open_decisions(self, request: HttpRequest, access_request: AccessRequest) -> list[tuple[Decision, str]]:
+    def decisions_for(self, request: HttpRequest, access_request: AccessRequest) -> list[tuple[Decision, str]]:
         """The decisions the request's state allows, with their addresses; none for a user who may not grant
         access to its project (the action would refuse them)."""
         if not can_grant(request.user, access_request.project):
@@ -202,11 +172,6 @@ class AccessRequestAdmin(ReadOnlyModelAdmin):
         fallback = reverse("admin:access_accessrequest_change", args=[pk])
         return decide(self, request, access_request, ACCESS_DECISIONS[name], fallback=fallback, facts=facts)
 
-    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict | None = None):
-        access_request = self.get_object(request, object_id)
-        decisions = self.open_decisions(request, access_request) if access_request else []
-        return super().change_view(request, object_id, form_url, {**(extra_context or {}), "decisions": decisions})
-
     @admin.action(description="Allow the selected pending requests")
     def allow(self, request, queryset) -> None:
         self._decide(request, queryset, ACCESS_DECISIONS["allow"])
@@ -220,12 +185,23 @@ class AccessRequestAdmin(ReadOnlyModelAdmin):
         self._decide(request, queryset, ACCESS_DECISIONS["revoke"])
 
     def _decide(self, request, queryset, decision: Decision) -> None:
-        done = 0
-        for pk in queryset.values_list("pk", flat=True):
-            try:
-                decision.act(pk, request)
-                done += 1
-            except AccessDecisionRefused as refusal:
-                refused(request, refusal, about=f"Request {pk}")
-        if done:
-            self.message_user(request, f"Decided {done} request(s).", messages.SUCCESS)
+        pks = queryset.values_list("pk", flat=True)
+        decide_each(self, request, pks, decision, noun="Request", done="Decided {count} request(s).")
+
+
+class LoginRecords:
+    """django-axes' login records are read, never edited: their pages keep no Save button over fields that
+    cannot change. Deleting stays (removing a user's attempts is how an operator lifts a lockout)."""
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+
+for model, records_admin in (
+    (AccessAttempt, axes_admin.AccessAttemptAdmin),
+    (AccessLog, axes_admin.AccessLogAdmin),
+    (AccessFailureLog, axes_admin.AccessFailureLogAdmin),
+):
+    if admin.site.is_registered(model):
+        admin.site.unregister(model)
+        admin.site.register(model, type(records_admin.__name__, (LoginRecords, records_admin), {}))

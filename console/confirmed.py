@@ -10,8 +10,9 @@ returns to, never as an error page.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from django.contrib import admin, messages
 from django.db.models import Model
@@ -78,6 +79,22 @@ def decide(
     return HttpResponseRedirect(back)
 
 
+def decide_each(
+    model_admin: admin.ModelAdmin, request: HttpRequest, pks: Iterable[int], decision: Decision, *, noun: str, done: str
+) -> None:
+    """A bulk action: the decision on each record in turn, a refusal of one (said, and audited by the action
+    function) leaving the others to go on; `done` says how many were decided (`{count}`)."""
+    count = 0
+    for pk in pks:
+        try:
+            decision.act(pk, request)
+            count += 1
+        except Refusal as refusal:
+            refused(request, refusal, about=f"{noun} {pk}")
+    if count:
+        model_admin.message_user(request, done.format(count=count), messages.SUCCESS)
+
+
 def buttons(decisions: list[tuple[Decision, str]], *, back: str) -> SafeString:
     """A row's decision buttons inside the list's own form (rows cannot hold forms of their own): one that
     takes nothing away posts that form, with its CSRF token, straight to the decision's address; a
@@ -100,3 +117,28 @@ def buttons(decisions: list[tuple[Decision, str]], *, back: str) -> SafeString:
             for decision, url in decisions
         ),
     )
+
+
+class DecidedOnRecords(admin.ModelAdmin):
+    """A list whose rows, and whose records' read-only pages, carry the decisions `decisions_for` offers."""
+
+    change_form_template = "admin/access/record_with_decisions.html"
+    decisions_column = "decide"
+
+    def decisions_for(self, request: HttpRequest, record: Any) -> list[tuple[Decision, str]]:
+        """The decisions this user may make on the record now, each with its address."""
+        raise NotImplementedError
+
+    def get_list_display(self, request: HttpRequest):
+        # The row buttons need the request (who decides, which page to come back to); the admin instance is
+        # shared by every request, so the column is made per request rather than kept on it.
+        @admin.display(description=self.decisions_column)
+        def decisions(record: Any) -> str:
+            return buttons(self.decisions_for(request, record), back=request.get_full_path())
+
+        return (*super().get_list_display(request), decisions)
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict | None = None):
+        record = self.get_object(request, object_id)
+        decisions = self.decisions_for(request, record) if record is not None else []
+        return super().change_view(request, object_id, form_url, {**(extra_context or {}), "decisions": decisions})

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 from django.contrib import admin
+from django.contrib.admin.utils import flatten_fieldsets
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 from django.test import Client, RequestFactory
 
@@ -200,3 +202,18 @@ def test_no_console_list_offers_delete_selected_where_deleting_is_refused(cast):
     ]
 
     assert offering == []
+
+
+def test_no_console_form_offers_save_over_fields_that_cannot_change(cast):
+    request = RequestFactory().get("/console/")
+    request.user = get_user_model().objects.create_superuser("root", password="root-password-123")
+
+    saving_nothing = [
+        type(model_admin).__name__
+        for model_admin in admin.site._registry.values()
+        if model_admin.has_change_permission(request)
+        and not set(flatten_fieldsets(model_admin.get_fieldsets(request)))
+        - set(model_admin.get_readonly_fields(request))
+    ]
+
+    assert saving_nothing == []
