@@ -3,14 +3,19 @@
 
 from __future__ import annotations
 
+import json
+
 from axes import admin as axes_admin
 from axes.models import AccessAttempt, AccessFailureLog, AccessLog
 from django.contrib import admin, messages
+from django.db.models import Count, OuterRef, Q, Subquery
 from django.http import Http404, HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
 from django.urls import re_path, reverse
 
 from access.grants import do_decide_access, do_revoke_access
-from access.models import AccessRequest, AccessState, McpSession, ServerState
+from access.limits import counted_since
+from access.models import AccessRequest, AccessState, McpSession, OpenStream, ServerState
 from access.services import do_switch_mcp
 from console import identities as identities  # registers the token and principal screens
 from console.confirmed import DecidedOnRecords, Decision, decide, decide_each
@@ -20,10 +25,74 @@ from projects.rights import can_grant
 
 @admin.register(McpSession)
 class McpSessionAdmin(ReadOnlyModelAdmin):
-    list_display = ("id", "token", "transport", "protocol_version", "client_name", "created_at", "ended_at")
+    """MCP sessions as an operator reads them: who and which client, and on a session's page its grants (the
+    access requests it raised, with their decisions) and the event streams it holds open."""
+
+    list_display = (
+        "short_id",
+        "principal",
+        "client_label",
+        "client_name",
+        "transport",
+        "protocol_version",
+        "created_at",
+        "last_seen_at",
+        "grants",
+        "streams",
+        "ended_at",
+    )
     list_filter = ("transport", "protocol_version", "ended_at")
-    list_select_related = ("token",)
+    list_select_related = ("token__owner",)
     search_fields = ("id", "token__label", "token__owner__username")
+    change_form_template = "admin/access/mcpsession/session.html"
+
+    def get_queryset(self, request: HttpRequest):
+        allowed = Count("access_requests", filter=Q(access_requests__state=AccessState.ALLOWED), distinct=True)
+        streams = OpenStream.objects.filter(session_id=OuterRef("pk"), seen_at__gte=counted_since())
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                allowed_grants=allowed,
+                open_streams=Subquery(streams.values("session_id").annotate(n=Count("pk")).values("n")),
+            )
+        )
+
+    @admin.display(description="session", ordering="id")
+    def short_id(self, session: McpSession) -> str:
+        return f"{session.id[:8]}…"
+
+    @admin.display(description="principal", ordering="token__owner__username")
+    def principal(self, session: McpSession) -> str:
+        return session.token.owner.get_username()
+
+    @admin.display(description="client", ordering="token__label")
+    def client_label(self, session: McpSession) -> str:
+        return session.token.label
+
+    @admin.display(description="grants allowed", ordering="allowed_grants")
+    def grants(self, session: McpSession) -> int:
+        return session.allowed_grants  # type: ignore[attr-defined]
+
+    @admin.display(description="open streams")
+    def streams(self, session: McpSession) -> int:
+        return session.open_streams or 0  # type: ignore[attr-defined]
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict | None = None):
+        session = self.get_object(request, object_id)
+        if session is None or not self.has_view_permission(request, session):
+            raise Http404("No such session.")
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": f"Session {session.id[:8]}… of {session.token.label}",
+            "session": session,
+            "client_info": json.dumps(session.client_info, indent=2, sort_keys=True, ensure_ascii=False),
+            "grants": session.access_requests.select_related("project").order_by("-created_at"),
+            "streams": OpenStream.objects.filter(session_id=session.id).order_by("opened_at"),
+            "streams_counted_since": counted_since(),
+        }
+        return TemplateResponse(request, self.change_form_template, context)
 
 
 @admin.register(ServerState)

@@ -3,6 +3,8 @@ page (deny and revoke asked first), refusals shown and audited, CSRF enforced, n
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.contrib import admin
 from django.contrib.admin.utils import flatten_fieldsets
@@ -11,6 +13,7 @@ from django.contrib.auth.models import Group, Permission
 from django.test import Client, RequestFactory
 
 from access.grants import do_decide_access, raise_request
+from access.limits import do_open_stream
 from access.models import AccessRequest, AccessState, Transport
 from access.services import do_open_session
 from audit.models import AuditEvent, EventKind
@@ -217,3 +220,35 @@ def test_no_console_form_offers_save_over_fields_that_cannot_change(cast):
     ]
 
     assert saving_nothing == []
+
+
+# --- sessions ----------------------------------------------------------------------------------------------
+
+SESSIONS = "/console/access/mcpsession/"
+
+
+def test_the_sessions_list_shows_principal_client_grants_and_streams(cast, client, pending):
+    do_decide_access(pending.pk, allow=True, user=cast.operator.user)
+    do_open_stream(cast.caretaker.token, pending.session_id)
+    client.force_login(cast.operator.user)
+
+    page = client.get(SESSIONS).content.decode()
+
+    [row] = [row for row in page.split("<tr") if f"{pending.session_id[:8]}…" in row]
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
+    assert cells[:2] == ["carla", "carla-client"]
+    assert (cells[-3], cells[-2]) == ("1", "1")  # one grant allowed, one stream open
+
+
+def test_a_session_page_shows_its_grants_streams_and_client_without_a_save_button(cast, client, pending):
+    do_decide_access(pending.pk, allow=True, user=cast.operator.user)
+    do_open_stream(cast.caretaker.token, pending.session_id)
+    client.force_login(cast.operator.user)
+
+    page = client.get(f"{SESSIONS}{pending.session_id}/change/").content.decode()
+
+    assert f'<code id="session-id">{pending.session_id}</code>' in page
+    assert f'href="{CHANGELIST}{pending.pk}/change/">line-3</a>' in page
+    assert '<td class="grant-state">Allowed</td>' in page
+    assert "No event stream is open" not in page and "No project" not in page
+    assert 'name="_save"' not in page
