@@ -137,9 +137,14 @@ def test_an_operator_sees_a_write_appear_live_reads_its_diff_and_approves_it_whi
     expect(page).to_have_url(re.compile(rf"/console/confirmations/pendingconfirmation/{confirmation_id}/change/"))
     expect(page.locator("#confirmation-state")).to_have_text("pending")
     expect(page.locator("#confirmation-memorable-id")).to_have_text(memorable)
-    expect(page.locator("#preview-diff")).to_have_text("What changes in the file")
-    added = page.locator("#confirmation-preview pre.diff .added").filter(has_text='name="FromConsole"')
-    expect(added).to_have_count(1)
+    variable = page.locator("#cv-poulinemain table.cv-vars tr.cv-added td")
+    expect(variable).to_have_text(["added", "FromConsole", "localVars", "INT", *[""] * 5])
+    raw = page.locator("#raw-diff pre.diff")
+    expect(raw).to_be_hidden()
+    page.locator("#preview-diff").click()  # the XML diff, one click away
+    expect(page.locator("#preview-diff")).to_have_text("What changes in the file: the XML diff")
+    expect(raw.locator(".added").filter(has_text='name="FromConsole"')).to_have_count(1)
+    expect(raw).to_be_visible()
     assert waiting.wait(BOUND), "the client's call sent no progress while it waited for the decision"
     page.screenshot(path=screenshot_path("confirmation.png", tmp_path), full_page=True)
     page.get_by_role("button", name="Approve and carry out").click()

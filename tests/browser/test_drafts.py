@@ -92,8 +92,11 @@ async def granted(client: Client, server: LiveServer) -> dict[str, Any]:
     return {"project": SLUG, "expected_context_generation": generation}
 
 
-async def submit_group(client: Client, expected: dict[str, Any], name: str) -> tuple[dict[str, Any], int]:
-    """Begin a group, stage one variable `name` and submit it: the group's arguments and the revision after."""
+async def submit_group(
+    client: Client, expected: dict[str, Any], name: str, operations: list[dict[str, Any]] | None = None
+) -> tuple[dict[str, Any], int]:
+    """Begin a group, stage one variable `name` (or `operations`) and submit it: the group's arguments and the
+    revision after."""
     revision = (await answer(client, "draft.status", {"project": SLUG}))["working_revision"]
     begun = await answer(
         client,
@@ -104,7 +107,11 @@ async def submit_group(client: Client, expected: dict[str, Any], name: str) -> t
     staged = await answer(
         client,
         "change_group.stage",
-        {**group, "operations": [{**ADD, "name": name}], "expected_working_revision": begun["working_revision"]},
+        {
+            **group,
+            "operations": operations or [{**ADD, "name": name}],
+            "expected_working_revision": begun["working_revision"],
+        },
     )
     done = await answer(
         client, "change_group.submit", {**group, "expected_working_revision": staged["working_revision"]}
@@ -240,3 +247,53 @@ def test_a_draft_that_moves_while_its_review_is_open_is_announced_and_cannot_be_
     expect(page.locator("ul.messagelist")).to_contain_text(f"Accepted the working draft of {SLUG}")
     after = project_file(server).read_bytes()
     assert b'<variable name="Reviewed">' in after and b'<variable name="Unreviewed">' in after
+
+
+NEW_BODY = "Litres := Pulses / 10;\nSpill := Litres > 100;"
+SPILL = [
+    {"op": "add_variable", "scope": "pou/FlowTotal", "section": "localVars", "name": "Spill", "type": "BOOL"},
+    {"op": "set_pou_body", "id": "pou/FlowTotal", "language": "ST", "text": NEW_BODY},
+]
+
+
+def test_the_review_shows_a_pous_st_body_as_a_diff_with_line_numbers_and_the_xml_one_click_away(
+    page: Page, drafts_console: ConsoleServer, portal: BlockingPortal, tmp_path: Path
+):
+    server = drafts_console.server
+    errors: list[str] = []
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+
+    async def submit() -> None:
+        with anyio.fail_after(CALL_BOUND):
+            async with streamable_client(server, mode="legacy") as client:
+                await submit_group(client, await granted(client, server), "Spill", SPILL)
+
+    portal.call(submit)
+    page.set_viewport_size({"width": 1366, "height": 768})
+    log_in(page, drafts_console)
+    page.goto(f"{server.base}/console/drafts/{SLUG}/")
+
+    unit = page.locator("#cv-pouflowtotal")
+    expect(unit.locator("h3")).to_have_text("changed POU FlowTotal (functionBlock) pou/FlowTotal")
+    added = unit.locator("table.cv-lines tr.cv-added")
+    expect(added).to_have_count(2)
+    expect(added.first.locator("td")).to_have_text(["", "1", "Litres := Pulses / 10;"])
+    expect(added.nth(1).locator("td")).to_have_text(["", "2", "Spill := Litres > 100;"])
+    removed = unit.locator("table.cv-lines tr.cv-removed")
+    expect(removed).to_have_count(8)
+    expect(removed.nth(1).locator("td")).to_have_text(["2", "", "IF Clear THEN"])
+    expect(unit.locator("table.cv-vars tr.cv-added td")).to_have_text(
+        ["added", "Spill", "localVars", "BOOL", *[""] * 5]
+    )
+    raw = page.locator("#raw-diff pre.diff")
+    expect(raw).to_be_hidden()
+    page.locator("#raw-diff summary").click()
+    expect(raw).to_be_visible()
+    expect(raw.locator(".added").filter(has_text='<variable name="Spill">')).to_have_count(1)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1366  # nothing runs off to the side
+    page.screenshot(path=screenshot_path("draft-change-view.png", tmp_path), full_page=True)
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Discard").click()
+    expect(page.locator("ul.messagelist")).to_contain_text(f"Discarded the working draft of {SLUG}")
+    assert errors == []
