@@ -1,4 +1,5 @@
-"""The JSONL mirror of the audit log: one line per event, appended, flushed and fsynced under a file lock.
+"""The JSONL mirror of the audit log: one line per event, appended under a file lock, and fsynced before the
+transaction that holds their rows commits.
 
 Each server process keeps its mirror complete: when other processes appended to the shared log since
 this file's last line, their committed lines are copied in first (appends hold the chain lock, so the
@@ -89,9 +90,11 @@ class Mirror:
         prev_mac: str,
         missing: Callable[[int, int], list[str]],
         kept_size: Callable[[], int],
+        *,
+        sync: bool = True,
     ) -> None:
-        """Write the lines of events `seq`, `seq + 1`, ... (one fsync for all), the previous event's MAC being
-        `prev_mac`.
+        """Write the lines of events `seq`, `seq + 1`, ... (one fsync for all, or none with `sync=False`: then the
+        caller calls `sync()` before it commits their rows), the previous event's MAC being `prev_mac`.
 
         `missing(first, last)` gives committed lines the file lacks; `kept_size()` the size the checkpoint
         kept beside the mirror saw, read only when lines lie past the database's end.
@@ -117,7 +120,8 @@ class Mirror:
                     os.ftruncate(fd, end)
                 if os.pwrite(fd, data, end) != len(data):
                     raise MirrorError(f"short write to the audit mirror {self.path}")
-                os.fsync(fd)
+                if sync:
+                    os.fsync(fd)
                 handle.written = (end + len(data), os.fstat(fd).st_mtime_ns, seq + len(new_lines) - 1)
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
@@ -127,6 +131,14 @@ class Mirror:
         except BaseException:
             _close_handle(self.path)
             raise
+
+    def sync(self) -> None:
+        """Make what was written to the file durable (an fsync)."""
+        try:
+            os.fsync(_open_handle(self.path).fd)
+        except OSError as exc:
+            _close_handle(self.path)
+            raise MirrorError(f"cannot sync the audit mirror {self.path}: {exc.strerror}") from exc
 
     def _set_aside(self, past: Past, size: int, mac: str, kept_size: Callable[[], int]) -> None:
         """Move what appends that rolled back left to `<mirror>.rolled-back`; refuse anything else."""

@@ -2,9 +2,10 @@
 
 `record()` sanitizes the arguments (secrets redacted, large values replaced by their digest), takes the
 chain lock, and appends the row with its MAC, its Merkle tree nodes and its mirror line, in the caller's
-transaction when there is one: a state change and its audit row commit together or not at all. Rows
-appended outside a transaction are group-committed: those that arrive together share one transaction and
-one mirror fsync, and each caller returns once its own row is committed. When the row
+transaction when there is one: a state change and its audit row commit together or not at all. The mirror's
+lines are fsynced once per transaction, just before it commits (`forge_core.before_commit`), whatever the number
+of rows it appends. Rows appended outside a transaction are group-committed: those that arrive together share
+one transaction and one mirror fsync, and each caller returns once its own row is committed. When the row
 cannot be written (database error, mirror unwritable) the caller gets `AuditUnavailable` and the action
 it was about to record must not happen (fail closed).
 
@@ -39,6 +40,7 @@ from audit.checkpoint import Checkpoint, CheckpointError, parse_and_verify, sign
 from audit.mirror import Mirror, MirrorError, Past
 from audit.models import AuditCheckpoint, AuditEvent, AuditTreeNode, EventKind
 from forge_core import fastsql
+from forge_core.before_commit import before_commit
 from forge_core.canonical import canonical_json
 from forge_core.errors import AuditUnavailable
 
@@ -401,7 +403,10 @@ def _append(events: list[AuditEvent], head: tuple[int, str]) -> None:
     with db.cursor() as cursor, _one_round_trip(db):
         cursor.executemany(event_insert.sql, event_rows)
         cursor.executemany(node_insert.sql, node_rows)
-    Mirror(settings.FORGE_AUDIT_LOG).append(first, lines, first_prev_mac, committed_lines, kept_size)
+    # Synced once as the transaction commits, however many rows it appends (before_commit).
+    mirror = Mirror(settings.FORGE_AUDIT_LOG)
+    mirror.append(first, lines, first_prev_mac, committed_lines, kept_size, sync=False)
+    before_commit(("audit mirror", mirror.path), mirror.sync)
     _FRONTIER.keep(size, prev_mac, store.known)
     every = settings.FORGE_AUDIT_CHECKPOINT_EVENTS
     if every:

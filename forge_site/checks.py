@@ -116,7 +116,7 @@ def sqlite_files() -> list[Path]:
     """The embedded database's files that exist: the database itself and its -wal and -shm companions."""
     database = settings.DATABASES["default"]
     name = str(database.get("NAME") or "")
-    if not database["ENGINE"].endswith("sqlite3") or not name or name == ":memory:" or name.startswith("file:"):
+    if "sqlite" not in database["ENGINE"] or not name or name == ":memory:" or name.startswith("file:"):
         return []
     base = Path(name)
     return [path for path in (base, Path(f"{base}-wal"), Path(f"{base}-shm")) if path.is_file()]

@@ -113,7 +113,8 @@ TEMPLATES = [
 
 _database_url = envstr("DATABASE_URL", "")
 if _database_url:
-    DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=0)}
+    # Django's PostgreSQL backend, which also runs the work a commit waits for (forge_core/before_commit.py).
+    DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=0, engine="forge_core.postgresql")}
     # Under ASGI every request runs in a thread of its own, so a persistent connection would never be
     # reused (each request opened one, 3.8 ms, and left it to its dead thread): PostgreSQL connections come
     # from Django's psycopg pool instead, and go back to it when a request or a database hop ends.
@@ -126,7 +127,8 @@ else:
     DATABASES = {
         "default": {
             # Django's SQLite backend, whose write transactions also queue on a lock inside the process
-            # (forge_core/sqlite): SQLite's busy handler would make them sleep in steps of up to 100 ms.
+            # (forge_core/sqlite): SQLite's busy handler would make them sleep in steps of up to 100 ms. It
+            # also runs the work a commit waits for (forge_core/before_commit.py).
             "ENGINE": "forge_core.sqlite",
             "NAME": str(FORGE_DATA_DIR / "forge.sqlite3"),
             "OPTIONS": {

@@ -10,6 +10,8 @@ rolls back; SQLite's own lock and busy timeout still order this process against 
 A transaction that cannot get the process lock within the busy timeout goes on to SQLite's lock anyway (and its
 busy timeout): a thread that held it for that long is stuck elsewhere, and waiting for it forever would stop
 every writer.
+
+A commit also runs the transaction's `forge_core.before_commit` hooks first (the audit mirror's one fsync).
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ import threading
 
 from django.db.backends.sqlite3 import base
 
+from forge_core.before_commit import RunsBeforeCommit
+
 WRITE_LOCK = threading.Lock()
 WAIT_SECONDS = 10.0  # the busy timeout of settings' init_command
 logger = logging.getLogger("forge.db")
 
 
-class DatabaseWrapper(base.DatabaseWrapper):
+class DatabaseWrapper(RunsBeforeCommit, base.DatabaseWrapper):
     _holds_write_lock = False
 
     def _start_transaction_under_autocommit(self) -> None:
@@ -39,6 +43,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
             raise
 
     def _commit(self) -> None:
+        self.run_before_commit()  # outside the try: a hook that fails leaves the lock to the rollback that follows
         try:
             super()._commit()  # type: ignore[misc]  # private in django-stubs
         finally:
@@ -46,13 +51,13 @@ class DatabaseWrapper(base.DatabaseWrapper):
 
     def _rollback(self) -> None:
         try:
-            super()._rollback()  # type: ignore[misc]  # private in django-stubs
+            super()._rollback()
         finally:
             self._release_write_lock()
 
     def _close(self) -> None:
         try:
-            super()._close()  # type: ignore[misc]  # private in django-stubs
+            super()._close()
         finally:
             self._release_write_lock()
 

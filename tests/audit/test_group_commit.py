@@ -145,3 +145,44 @@ def test_a_batch_stopped_by_an_unexpected_error_fails_its_callers_rather_than_ac
 
     assert all(isinstance(result, AuditUnavailable) for result in results)
     assert not AuditEvent.objects.exists()
+
+
+def mirror_fsyncs(fsyncs: list[int], mirror_path) -> int:
+    """How many of the counted fsyncs were of the mirror file."""
+    return sum(1 for fd in fsyncs if os.path.realpath(f"/proc/self/fd/{fd}") == os.path.realpath(mirror_path))
+
+
+def test_a_transaction_that_appends_several_rows_syncs_the_mirror_once_before_it_commits(counted_fsyncs, mirror_path):
+    record(EventKind.TOOL_CALL, tool="test.first")  # the mirror exists and is open
+    counted_fsyncs.clear()
+
+    with transaction.atomic():
+        for step in ("decided", "executing", "verified"):
+            record(EventKind.TOOL_CALL, tool=f"test.{step}")
+        assert mirror_fsyncs(counted_fsyncs, mirror_path) == 0  # written, not synced yet
+        assert len(mirror_lines(mirror_path)) == 4
+
+    assert mirror_fsyncs(counted_fsyncs, mirror_path) == 1
+    assert AuditEvent.objects.count() == 4
+    assert audit_verify().startswith("ok")
+
+
+def test_rows_whose_mirror_lines_cannot_be_synced_are_not_committed(monkeypatch, mirror_path):
+    record(EventKind.TOOL_CALL, tool="test.first")
+    real = os.fsync
+
+    def failing(fd: int) -> None:
+        if os.path.realpath(f"/proc/self/fd/{fd}") == os.path.realpath(mirror_path):
+            raise OSError(5, "Input/output error")
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", failing)
+    with pytest.raises(DatabaseError, match="cannot sync the audit mirror"), transaction.atomic():
+        record(EventKind.TOOL_CALL, tool="test.in_a_transaction")
+    with pytest.raises(AuditUnavailable, match="cannot sync the audit mirror"):
+        record(EventKind.TOOL_CALL, tool="test.group_committed")
+    monkeypatch.setattr(os, "fsync", real)
+
+    assert list(AuditEvent.objects.values_list("tool", flat=True)) == ["test.first"]
+    assert record(EventKind.TOOL_CALL, tool="test.after").seq == 2  # the lines left behind are set aside
+    assert audit_verify().startswith("ok")

@@ -63,7 +63,7 @@ def data_dir(tmp_path, settings, monkeypatch):
     settings.FORGE_DATA_DIR = folder
     # The setting only, at a database not made yet: the test database itself stays as it is (the check
     # reads the file system, never the connection).
-    monkeypatch.setitem(settings.DATABASES["default"], "ENGINE", "django.db.backends.sqlite3")
+    monkeypatch.setitem(settings.DATABASES["default"], "ENGINE", "forge_core.sqlite")  # the engine settings name
     monkeypatch.setitem(settings.DATABASES["default"], "NAME", str(folder / "forge.sqlite3"))
     return folder
 
