@@ -1,5 +1,6 @@
 """An operator watches the access-request screen: a client's request appears without a reload, the
-operator allows it, and the client's next read succeeds."""
+operator allows it (with the bulk action, or the row's own button), and the client's next read succeeds;
+denying from a row asks first, on a page of its own."""
 
 from __future__ import annotations
 
@@ -81,3 +82,42 @@ def test_a_new_access_request_appears_live_and_once_allowed_the_client_reads(pag
 
     assert refused["error"] == "FORGE_ERR_PROJECT_ACCESS_PENDING"
     assert (allowed["project"], allowed["view"]) == (SLUG, "accepted")
+
+
+def request_appears(page: Page, console_server: ConsoleServer) -> tuple[McpClient, Any]:
+    """MCP on, a project, the list open and live, and a client whose first read raised a request: its row."""
+    server = console_server.server
+    server.manage("mcp_switch", "on")
+    server.manage("import_project", str(PROJECT_FILE), "--slug", SLUG)
+    log_in(page, console_server)
+    page.goto(f"{server.base}/console/access/accessrequest/")
+    expect(page.locator("html")).to_have_attribute("data-forge-live", "open")
+    client = McpClient(console_server, server.new_token("browser-client", user=OPERATOR))
+    assert client.call("project.overview", {"project": SLUG})["error"] == "FORGE_ERR_PROJECT_ACCESS_PENDING"
+    row = page.locator("#result_list tbody tr").filter(has_text=SLUG)
+    expect(row).to_contain_text("Pending")
+    return client, row
+
+
+def test_an_operator_allows_a_request_with_the_button_on_its_row(page: Page, console_server: ConsoleServer):
+    client, row = request_appears(page, console_server)
+
+    row.get_by_role("button", name="Allow").click()
+
+    expect(page.locator(".messagelist")).to_contain_text(f"Allowed browser-client on {SLUG}.")
+    expect(row).to_contain_text("Allowed")
+    expect(row.get_by_role("link", name="Revoke…")).to_be_visible()
+    allowed = client.call("project.overview", {"project": SLUG})
+    assert (allowed["project"], allowed["view"]) == (SLUG, "accepted")
+
+
+def test_denying_from_a_row_asks_first_and_the_client_stays_refused(page: Page, console_server: ConsoleServer):
+    client, row = request_appears(page, console_server)
+
+    row.get_by_role("link", name="Deny…").click()
+    expect(page.locator("#confirm-decision")).to_contain_text(f"Deny this session access to {SLUG}?")
+    page.locator("#confirm").click()
+
+    expect(page.locator(".messagelist")).to_contain_text(f"Denied browser-client on {SLUG}.")
+    expect(page.locator("#result_list tbody tr").filter(has_text=SLUG)).to_contain_text("Denied")
+    assert client.call("project.overview", {"project": SLUG})["error"] == "FORGE_ERR_PROJECT_ACCESS_DENIED"
