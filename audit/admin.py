@@ -28,16 +28,18 @@ from django.contrib.admin.options import IncorrectLookupParameters, ShowFacets
 from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
 from django.core.handlers.asgi import ASGIRequest
+from django.core.paginator import Paginator
 from django.db import DEFAULT_DB_ALIAS
 from django.db.models import Max, QuerySet
 from django.http import HttpRequest, HttpResponseBase, HttpResponseRedirect, QueryDict
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
+from django.utils.functional import cached_property
 from django.utils.safestring import SafeString
 
 from audit import checks, merkle
-from audit.export import FORMATS, TEXT_COLUMNS, do_export_events
+from audit.export import FORMATS, do_export_events
 from audit.models import AuditCheckpoint, AuditEvent, EventKind
 from audit.services import GENESIS_MAC, DatabaseNodeStore
 from audit.verify import _check_checkpoint, _check_event, verify_log
@@ -251,19 +253,34 @@ def _last_full_check(last: int) -> Check:
 # --- the screens ------------------------------------------------------------------------------------
 
 
+COLUMNS = ("seq", "when", "event_kind", "tool", "outcome", "principal", "client", "project")
+"""What the list shows of an event (and a shortened session id); an event's page shows them first."""
+
+
+class FormattedValues:
+    """The script and style of the readable values (`forge_core.formatting`) on a list's and a row's page."""
+
+    js = ("forge/format.js",)
+    css = {"all": ("forge/format.css",)}
+
+
+class LogPaginator(Paginator):
+    """Counts an unfiltered log by its last `seq` (events are numbered 1, 2, 3, ... without gaps, which the
+    verification checks) instead of counting every row on every page."""
+
+    @cached_property
+    def count(self) -> int:
+        events = self.object_list
+        if isinstance(events, QuerySet) and not events.query.where:
+            return events.aggregate(last=Max("seq"))["last"] or 0
+        return super().count
+
+
 @admin.register(AuditEvent)
 class AuditEventAdmin(ReadOnlyModelAdmin):
-    list_display = (
-        "seq",
-        "when",
-        "event_kind",
-        "tool",
-        "outcome",
-        "principal",
-        "client",
-        "project",
-        "session_id",
-    )
+    Media = FormattedValues
+    paginator = LogPaginator
+    list_display = (*COLUMNS, "session_id")
     list_display_links = ("seq",)
     list_filter = (
         KindFilter,
@@ -280,7 +297,7 @@ class AuditEventAdmin(ReadOnlyModelAdmin):
     show_facets = ShowFacets.NEVER
     show_full_result_count = False  # a second count over the whole log on every filtered page
     list_per_page = 50
-    fields = ("seq", "when", *TEXT_COLUMNS, "arguments", "previous_mac", "event_mac")
+    fields = (*COLUMNS, "session", "arguments", "previous_mac", "event_mac")
     readonly_fields = fields
     change_list_template = "admin/audit/auditevent/change_list.html"
 
@@ -393,6 +410,7 @@ class AuditEventAdmin(ReadOnlyModelAdmin):
 
 @admin.register(AuditCheckpoint)
 class AuditCheckpointAdmin(ReadOnlyModelAdmin):
+    Media = FormattedValues
     list_display = ("size", "signed", "root_hash")
     fields = ("size", "signed", "root_hash", "note")
     readonly_fields = fields

@@ -114,3 +114,22 @@ def test_an_export_of_the_filtered_range_downloads_its_lines_and_is_recorded(pag
     newest = page.locator("#result_list tbody tr").first
     expect(newest.locator("td.field-event_kind")).to_have_text("audit_exported")
     expect(newest.locator("td.field-principal")).to_have_text(OPERATOR)
+
+
+def test_an_events_page_shows_its_arguments_laid_out_and_copies_its_whole_mac(
+    page: Page, console_server: ConsoleServer, tmp_path: Path
+):
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    log_in(page, console_server)
+    open_audit(page, console_server, "?kind=operator_created")
+
+    page.locator("#result_list tbody tr").first.locator("th a, td a").first.click()
+
+    expect(page.locator("pre.forge-json")).to_contain_text(f'"name": "{OPERATOR}"')
+    mac = page.locator(".field-event_mac code")
+    whole = mac.get_attribute("title")
+    expect(mac).to_have_text(f"{whole[:8]}…{whole[-4:]}")
+    page.locator(".field-event_mac button.copy").click()
+    expect(page.locator(".field-event_mac button.copy")).to_have_text("Copied")
+    assert page.evaluate("navigator.clipboard.readText()") == whole
+    page.screenshot(path=screenshot_path("audit-event.png", tmp_path), full_page=True)
