@@ -11,14 +11,13 @@ variables), which `projects.drafts.describe` lists. Pure: no Django, no database
 
 from __future__ import annotations
 
-import copy
 import difflib
 from typing import Any, Final
 
 from lxml import etree
 
 from projects.plcopen.documents import ProjectDocument
-from projects.plcopen.elements import ElementIndex, Entry, direct_entries
+from projects.plcopen.elements import ElementIndex, Entry, direct_elements
 from projects.plcopen.grammar import render_type, render_value
 from projects.plcopen.tc6 import TEXT_LANGUAGES, documentation_of, first_element, flag, formatted_text, local_name, q
 
@@ -68,35 +67,36 @@ def _xml(element: etree._Element) -> bytes:
     return etree.tostring(element, with_tail=False)  # the tail is the whitespace after it, not its own
 
 
-def _own_content(element: etree._Element, kind: str, *, without_body: bool = False) -> bytes:
-    clone = copy.deepcopy(element)
-    inner = [entry.element for entry in direct_entries(clone, kind, kind)]
+def _own_content(element: etree._Element, kind: str, *, without_body: bool = False) -> list[Any]:
+    """What an element holds apart from the addressable elements inside it (and its body, if asked), as a
+    comparable outline: a container those leave empty (a var section, an interface) drops out with them,
+    and whitespace between elements is not kept (adding an element re-indents its neighbours)."""
+    inner = {child for _, _, child in direct_elements(element, kind)}
     if without_body:
-        inner.extend(clone.iterchildren(q("body")))
+        inner.update(element.iterchildren(q("body")))
+    holding = set()  # the elements between `element` and the inner ones
     for el in inner:
-        _remove_with_emptied_parents(el, clone)
-    for node in clone.iter():
-        # Adding or removing an element re-indents its neighbours; that whitespace is not a change.
-        if node.text is not None and not node.text.strip():
-            node.text = None
-        if node.tail is not None and not node.tail.strip():
-            node.tail = None
-    return _xml(clone)
+        parent = el.getparent()
+        while parent is not None and parent is not element and parent not in holding:
+            holding.add(parent)
+            parent = parent.getparent()
+    return _outline(element, inner, holding)
 
 
-def _remove_with_emptied_parents(el: etree._Element, top: etree._Element) -> None:
-    """Remove `el`, and the containers it leaves empty up to `top` (a var section, an interface that held
-    only the variables): a variable that came with a section of its own leaves the POU as it was."""
-    parent = el.getparent()
-    if parent is None:
-        return
-    parent.remove(el)
-    while parent is not top and len(parent) == 0 and not (parent.text or "").strip():
-        above = parent.getparent()
-        if above is None:
-            return
-        above.remove(parent)
-        parent = above
+def _outline(el: etree._Element, inner: set[etree._Element], holding: set[etree._Element]) -> list[Any]:
+    parts: list[Any] = [el.tag, sorted(el.attrib.items()), (el.text or "").strip()]
+    for child in el:
+        if child in inner:
+            continue
+        if child in holding:
+            held = _outline(child, inner, holding)
+            if len(held) == 3 and not held[2]:
+                continue  # it held only inner elements
+            parts.append(held)
+        else:
+            parts.append(_xml(child))
+        parts.append((child.tail or "").strip())
+    return parts
 
 
 # --- the view ------------------------------------------------------------------------------------------
@@ -321,6 +321,16 @@ def _variable(entry: Entry) -> dict[str, Any]:
     }
 
 
+def _same_variable(old: Entry, new: Entry) -> bool:
+    """The same declaration in a section of the same kind and qualifiers."""
+    old_section, new_section = old.element.getparent(), new.element.getparent()
+    return (
+        old.section == new.section
+        and (old_section is None or new_section is None or old_section.attrib == new_section.attrib)
+        and _xml(old.element) == _xml(new.element)
+    )
+
+
 def _cell(text: str | None) -> str | None:
     if text is None or len(text) <= CELL_CHARS_MAX:
         return text
@@ -337,8 +347,11 @@ def _variable_rows(old: list[Entry], new: list[Entry]) -> list[dict[str, Any]]:
     ]
     rows = []
     for key in order:
-        before = _variable(was[key]) if key in was else None
-        after = _variable(now[key]) if key in now else None
+        old_entry, new_entry = was.get(key), now.get(key)
+        if old_entry is not None and new_entry is not None and _same_variable(old_entry, new_entry):
+            continue  # most of a large table: compared as XML, not field by field
+        before = _variable(old_entry) if old_entry is not None else None
+        after = _variable(new_entry) if new_entry is not None else None
         if before == after:
             continue
         status = "added" if before is None else "removed" if after is None else "changed"

@@ -9,6 +9,7 @@ pay for a whole index. Pure: no Django, no database.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -138,14 +139,19 @@ def direct_entries(
 ) -> list[Entry]:
     """The entries directly below one element (a POU's variables, a resource's tasks, globals, instances)."""
     entries = []
+    for keyword, child_kind, child in direct_elements(el, kind):
+        name = child.get("name")
+        child_id = f"{element_id}/{keyword}/{name}" if element_id else f"{keyword}/{name}"
+        entries.append(make_entry(child_kind, child, child_id, element_id or None, documentation))
+    return entries
+
+
+def direct_elements(el: etree._Element, kind: str) -> Iterator[tuple[str, str, etree._Element]]:
+    """(id keyword, kind, element) of each addressable element directly below one element of `kind`."""
     for keyword, child_kind, path in _STEPS.get(kind, ()):
         for child in el.iterfind(path):
-            name = child.get("name")
-            if name is None:
-                continue  # schema-invalid (iec-checker's pouInstance has none); nothing can address it
-            child_id = f"{element_id}/{keyword}/{name}" if element_id else f"{keyword}/{name}"
-            entries.append(make_entry(child_kind, child, child_id, element_id or None, documentation))
-    return entries
+            if child.get("name") is not None:  # schema-invalid without one (iec-checker's pouInstance)
+                yield keyword, child_kind, child
 
 
 def _collect(

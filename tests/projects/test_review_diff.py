@@ -10,7 +10,7 @@ import pytest
 
 from projects import operations
 from projects.plcopen import documents
-from projects.review_diff import BODY_ROWS_MAX, change_view, line_diff
+from projects.review_diff import BODY_ROWS_MAX, change_view, line_diff, own_content_differs
 from tests.projects.conftest import MAIN, fixture_bytes
 
 NEW_BODY = """(* The flow meter gives PulsesPerLitre pulses per litre; count rising edges. *)
@@ -184,3 +184,28 @@ def test_a_long_body_diff_is_cut_and_says_so(accepted):
 
     assert len(found["body"]["rows"]) == BODY_ROWS_MAX and found["body"]["cut"] > 0
     assert found["truncated"] and view["truncated"]
+
+
+def test_a_variable_that_comes_with_a_section_of_its_own_does_not_change_its_pou(accepted):
+    after = operations.apply(
+        accepted,
+        [{"op": "add_variable", "scope": "pou/FlowTotal", "section": "tempVars", "name": "Scratch", "type": "INT"}],
+    ).doc
+
+    view = change_view(accepted, after)
+
+    assert not own_content_differs(accepted.index.get("pou/FlowTotal"), after.index.get("pou/FlowTotal"))
+    assert unit(view, "pou/FlowTotal")["other_content"] is False
+    assert list(variable_rows(unit(view, "pou/FlowTotal"))) == ["Scratch"]
+
+
+def test_a_new_body_changes_its_pou_whatever_variables_came_with_it(accepted):
+    after = operations.apply(
+        accepted,
+        [
+            {"op": "add_variable", "scope": "pou/FlowTotal", "section": "tempVars", "name": "Scratch", "type": "INT"},
+            {"op": "set_pou_body", "id": "pou/FlowTotal", "language": "ST", "text": NEW_BODY},
+        ],
+    ).doc
+
+    assert own_content_differs(accepted.index.get("pou/FlowTotal"), after.index.get("pou/FlowTotal"))
