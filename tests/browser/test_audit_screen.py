@@ -1,5 +1,5 @@
-"""The audit screen in chromium at 1366x768, in Vienna's time zone: no column runs past the window, times are
-shown in the browser's zone with its offset, a filter narrows the list, and an export downloads the filtered
+"""The audit screen in chromium at 1366x768 (and 1920x1080, dark), in Vienna's time zone: no column runs past
+the window, times are shown in the browser's zone with its offset, a filter narrows the list, and an export downloads the filtered
 range (streamed by the live server) and shows up in the log."""
 
 from __future__ import annotations
@@ -65,9 +65,14 @@ def overflow(page: Page) -> dict[str, int]:
     )
 
 
-def test_the_audit_list_fits_1366_pixels_with_times_in_the_browsers_zone(
-    page: Page, console_server: ConsoleServer, tmp_path: Path
+@pytest.mark.parametrize(
+    ("width", "height", "scheme"), [(1366, 768, "light"), (1920, 1080, "dark")], ids=["1366x768", "1920x1080-dark"]
+)
+def test_the_audit_list_fits_the_window_with_times_in_the_browsers_zone(
+    page: Page, console_server: ConsoleServer, tmp_path: Path, width: int, height: int, scheme: str
 ):
+    page.set_viewport_size({"width": width, "height": height})
+    page.emulate_media(color_scheme=scheme)
     console_server.server.manage("create_token", "--user", "reviewer", "--create-user", "--label", LONG_CLIENT)
     open_client_session(console_server, "audit-screen-test")
     log_in(page, console_server)
@@ -79,7 +84,7 @@ def test_the_audit_list_fits_1366_pixels_with_times_in_the_browsers_zone(
     expect(first_time).to_have_text(re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \+01:00$"))
     expect(page.locator("#audit-state")).to_contain_text("Verification: nothing wrong found")
     assert overflow(page) == {"page": 0, "list": 0, "cells": 0}
-    page.screenshot(path=screenshot_path("audit.png", tmp_path), full_page=True)
+    page.screenshot(path=screenshot_path(f"audit-{width}x{height}-{scheme}.png", tmp_path), full_page=True)
 
 
 def test_filtering_by_kind_shows_only_events_of_that_kind(page: Page, console_server: ConsoleServer):
