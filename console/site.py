@@ -346,6 +346,18 @@ def moved_to_access(request: HttpRequest, rest: str) -> HttpResponse:
     return HttpResponsePermanentRedirect(f"{reverse('admin:index')}access/{rest}" + (f"?{query}" if query else ""))
 
 
+def _screen_entry(name: str, object_name: str, url: str) -> dict[str, Any]:
+    """A purpose-built screen as the admin's app list and side menu show a model: a name and a link, no Add."""
+    return {
+        "name": name,
+        "object_name": object_name,
+        "admin_url": url,
+        "add_url": None,
+        "view_only": True,
+        "perms": {"view": True},
+    }
+
+
 # Model screens folded into the dashboard, which shows what they held: (app label, model name) -> the
 # dashboard's panel. The menus leave them out, and their addresses land on the panel.
 FOLDED_INTO_DASHBOARD = {("access", "serverstate"): "mcp-switch"}
@@ -386,6 +398,9 @@ class ConsoleSite(admin.AdminSite):
         return HttpResponseRedirect(f"{reverse('admin:index')}#{FOLDED_INTO_DASHBOARD['access', 'serverstate']}")
 
     def get_app_list(self, request: HttpRequest, app_label: str | None = None) -> list[dict[str, Any]]:
+        """The admin's apps and models (the index's list and the side menu), without the screens folded into
+        the dashboard and with the purpose-built screens a user may open: the working drafts among the
+        projects, the caretaker's screen as an app of its own."""
         apps = []
         for app in super().get_app_list(request, app_label):
             models = [
@@ -393,8 +408,22 @@ class ConsoleSite(admin.AdminSite):
                 for model in app["models"]
                 if (app["app_label"], model["object_name"].lower()) not in FOLDED_INTO_DASHBOARD
             ]
+            if app["app_label"] == "projects":
+                models.append(_screen_entry("Working drafts", "WorkingDraft", reverse("admin:drafts")))
             if models:
                 apps.append({**app, "models": models})
+        if app_label in (None, "caretaker") and may_act(request.user):
+            url = reverse("admin:caretaker")
+            caretaker = _screen_entry("Team caretaker", "Caretaker", url)
+            apps.append(
+                {
+                    "name": "Caretaker",
+                    "app_label": "caretaker",
+                    "app_url": url,
+                    "has_module_perms": True,
+                    "models": [caretaker],
+                }
+            )
         return apps
 
     def index(self, request: HttpRequest, extra_context: dict | None = None) -> TemplateResponse:

@@ -5,12 +5,12 @@ without its data and said "MCP is off" while it was on."""
 from __future__ import annotations
 
 import pytest
-from django.http import HttpRequest
-from django.test import Client
 
 from access.services import do_switch_mcp
+from tests.console.test_site import operator_client
 
 pytestmark = pytest.mark.django_db
+__all__ = ["operator_client"]  # the logged-in operator's browser, a fixture
 
 # (the address, the address it ends at, a screen its page lists)
 APP_INDEX_PAGES = [
@@ -20,12 +20,6 @@ APP_INDEX_PAGES = [
     ("/console/projects/", "/console/projects/", "/console/projects/project/"),
     ("/console/access/", "/console/access/", "/console/access/clienttoken/"),
 ]
-
-
-@pytest.fixture
-def operator_client(client, cast) -> Client:
-    assert client.login(request=HttpRequest(), username="olivia", password="olivia-password-123")
-    return client
 
 
 @pytest.mark.parametrize(("address", "ends_at", "lists"), APP_INDEX_PAGES)

@@ -7,21 +7,16 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth import get_user_model
 from django.http import HttpRequest
-from django.test import Client
 
 from access.hotpath import mcp_enabled
 from access.services import do_switch_mcp
 from audit.models import AuditEvent, EventKind
+from tests.console.test_site import operator_client
 
 pytestmark = pytest.mark.django_db
+__all__ = ["operator_client"]  # the logged-in operator's browser, a fixture
 
 HISTORY = "/console/audit/auditevent/?kind=mcp_switched"
-
-
-@pytest.fixture
-def operator_client(client, cast) -> Client:
-    assert client.login(request=HttpRequest(), username="olivia", password="olivia-password-123")
-    return client
 
 
 def test_the_switch_panel_says_who_turned_it_and_links_every_turn_in_the_audit_log(operator_client):

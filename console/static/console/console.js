@@ -20,7 +20,9 @@
         var here = document.querySelector("#content-main");
         if (fresh && here) {
           keepTyped(here, fresh);
+          var focused = here.contains(document.activeElement) ? document.activeElement : null;
           here.replaceWith(fresh);
+          keepFocus(focused, fresh);
         }
       })
       .finally(function () {
@@ -41,6 +43,21 @@
         if (field === focused) setTimeout(function () { twin.focus(); }, 0);
       });
     });
+  }
+  // Keyboard focus survives the swap too: a link or button that had it hands it to its twin in the fresh
+  // content (same tag, id, name, value, address and text), so a swap never throws a keyboard user back to
+  // the top of the page. Text fields are keepTyped's.
+  function keepFocus(focused, fresh) {
+    if (!focused || focused.matches("input[type=text], textarea")) return;
+    var key = focusKey(focused);
+    var twin = Array.prototype.find.call(fresh.querySelectorAll(focused.tagName), function (candidate) {
+      return focusKey(candidate) === key;
+    });
+    if (twin) twin.focus({preventScroll: true});
+  }
+  function focusKey(element) {
+    return [element.tagName, element.id, element.getAttribute("name"), element.getAttribute("value"),
+      element.getAttribute("href"), element.textContent.trim()].join("|");
   }
   // A countdown that ran out: the server expires what is due when the page is read, so read it again
   // (a moment later, so the server's clock has passed the deadline too).
