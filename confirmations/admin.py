@@ -237,10 +237,13 @@ class ContractAdmin(MemorableIdSearch, ReadOnlyModelAdmin):
             context["tampered"] = tampered_refusal(exc).message
         except executor.ExecutionRefused as exc:
             context["evidence_error"] = exc.message
-        if contract.confirmation_id:
+        if contract.confirmation is not None:
             context["confirmation_url"] = reverse(
                 "admin:confirmations_pendingconfirmation_change", args=[contract.confirmation_id]
             )
+            # What the approval bound, from the confirmation's sealed preview (none from one edited since).
+            if is_authentic(contract.confirmation):
+                context["change_view"] = _change_view(contract.confirmation.preview)
         return TemplateResponse(request, "admin/confirmations/contract/detail.html", context)
 
     def rollback_view(self, request: HttpRequest, object_id: str) -> HttpResponse:

@@ -14,8 +14,8 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from confirmations.models import PendingConfirmation
-from confirmations.services import is_authentic
+from confirmations.models import Contract, PendingConfirmation
+from confirmations.services import do_approve_confirmation, is_authentic
 from projects.models import Project
 from tests.confirmations.helpers import project_file, propose_write
 from tests.confirmations.operator_helpers import ask
@@ -115,3 +115,25 @@ def test_the_list_of_confirmations_offers_no_delete_action(operator, cast, proje
     contracts = operator.get(reverse("admin:confirmations_contract_changelist")).content.decode()
 
     assert "delete_selected" not in page and "delete_selected" not in contracts
+
+
+def test_the_contract_of_an_approved_write_shows_the_change_it_carries(operator, cast, project):
+    decided = do_approve_confirmation(propose(cast, project).pk, acting_user=cast.operator.user)
+    contract = Contract.objects.get(confirmation=decided)
+
+    page = operator.get(reverse("admin:confirmations_contract_change", args=[contract.pk])).content.decode()
+
+    section = page.split('id="contract-change"')[1]
+    assert f"As the operator approved it on confirmation {decided.memorable_id}" in section
+    assert ADDED_LINE in section
+
+
+def test_the_contract_shows_no_change_from_a_confirmation_edited_after_its_approval(operator, cast, project):
+    decided = do_approve_confirmation(propose(cast, project).pk, acting_user=cast.operator.user)
+    contract = Contract.objects.get(confirmation=decided)
+    forged = {**decided.preview, "change_view": {"units": [], "others": [], "truncated": False}}
+    PendingConfirmation.objects.filter(pk=decided.pk).update(preview=forged)
+
+    page = operator.get(reverse("admin:confirmations_contract_change", args=[contract.pk])).content.decode()
+
+    assert 'id="contract-change"' not in page
