@@ -3,21 +3,22 @@
 
 from __future__ import annotations
 
-import json
-
 from axes import admin as axes_admin
 from axes.models import AccessAttempt, AccessFailureLog, AccessLog
 from django.contrib import admin, messages
+from django.contrib.admin.utils import quote, unquote
 from django.db.models import Count, OuterRef, Q, Subquery
 from django.http import Http404, HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import re_path, reverse
+from django.utils.html import format_html
 
 from access.grants import do_decide_access, do_revoke_access
 from access.limits import counted_since
 from access.models import AccessRequest, AccessState, McpSession, OpenStream, ServerState
 from access.services import do_switch_mcp
 from console import identities as identities  # registers the token and principal screens
+from console.columns import ago
 from console.confirmed import DecidedOnRecords, Decision, decide, decide_each
 from forge_core.console import ReadOnlyModelAdmin
 from projects.rights import can_grant
@@ -28,19 +29,7 @@ class McpSessionAdmin(ReadOnlyModelAdmin):
     """MCP sessions as an operator reads them: who and which client, and on a session's page its grants (the
     access requests it raised, with their decisions) and the event streams it holds open."""
 
-    list_display = (
-        "short_id",
-        "principal",
-        "client_label",
-        "client_name",
-        "transport",
-        "protocol_version",
-        "created_at",
-        "last_seen_at",
-        "grants",
-        "streams",
-        "ended_at",
-    )
+    list_display = ("short_id", "client", "transport", "opened", "last_seen", "grants", "streams", "state")
     list_filter = ("transport", "protocol_version", "ended_at")
     list_select_related = ("token__owner",)
     search_fields = ("id", "token__label", "token__owner__username")
@@ -62,24 +51,32 @@ class McpSessionAdmin(ReadOnlyModelAdmin):
     def short_id(self, session: McpSession) -> str:
         return f"{session.id[:8]}…"
 
-    @admin.display(description="principal", ordering="token__owner__username")
-    def principal(self, session: McpSession) -> str:
-        return session.token.owner.get_username()
+    @admin.display(description="client (principal)", ordering="token__label")
+    def client(self, session: McpSession) -> str:
+        return f"{session.token.label} ({session.token.owner.get_username()})"
 
-    @admin.display(description="client", ordering="token__label")
-    def client_label(self, session: McpSession) -> str:
-        return session.token.label
+    @admin.display(description="opened", ordering="created_at")
+    def opened(self, session: McpSession) -> str:
+        return ago(session.created_at)
 
-    @admin.display(description="grants allowed", ordering="allowed_grants")
+    @admin.display(description="last seen", ordering="last_seen_at")
+    def last_seen(self, session: McpSession) -> str:
+        return ago(session.last_seen_at, empty="not since it opened")
+
+    @admin.display(description="state", ordering="ended_at")
+    def state(self, session: McpSession) -> str:
+        return format_html("ended {}", ago(session.ended_at)) if session.ended_at else "open"
+
+    @admin.display(description="grants", ordering="allowed_grants")
     def grants(self, session: McpSession) -> int:
         return session.allowed_grants  # type: ignore[attr-defined]
 
-    @admin.display(description="open streams")
+    @admin.display(description="streams")
     def streams(self, session: McpSession) -> int:
         return session.open_streams or 0  # type: ignore[attr-defined]
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict | None = None):
-        session = self.get_object(request, object_id)
+        session = self.get_object(request, unquote(object_id))
         if session is None or not self.has_view_permission(request, session):
             raise Http404("No such session.")
         context = {
@@ -87,7 +84,6 @@ class McpSessionAdmin(ReadOnlyModelAdmin):
             "opts": self.model._meta,
             "title": f"Session {session.id[:8]}… of {session.token.label}",
             "session": session,
-            "client_info": json.dumps(session.client_info, indent=2, sort_keys=True, ensure_ascii=False),
             "grants": session.access_requests.select_related("project").order_by("-created_at"),
             "streams": OpenStream.objects.filter(session_id=session.id).order_by("opened_at"),
             "streams_counted_since": counted_since(),
@@ -182,15 +178,7 @@ class AccessRequestAdmin(DecidedOnRecords, ReadOnlyModelAdmin):
     """Access requests (gate 2): allow, deny or revoke, from a row, from the request's page, or for several at
     once. Each decision is audited with the deciding user."""
 
-    list_display = (
-        "project",
-        "principal",
-        "client_label",
-        "state",
-        "session_id",
-        "created_at",
-        "decided_by",
-    )
+    list_display = ("project_slug", "principal", "client_label", "decision", "session_link", "asked")
     list_filter = ("state", "project")
     list_select_related = ("project", "token__owner")
     search_fields = ("project__slug", "token__label", "token__owner__username", "session__id")
@@ -204,6 +192,27 @@ class AccessRequestAdmin(DecidedOnRecords, ReadOnlyModelAdmin):
     @admin.display(description="client")
     def client_label(self, request: AccessRequest) -> str:
         return request.token.label
+
+    @admin.display(description="project", ordering="project__slug")
+    def project_slug(self, request: AccessRequest) -> str:
+        return request.project.slug
+
+    @admin.display(description="state", ordering="state")
+    def decision(self, request: AccessRequest) -> str:
+        if request.decided_by:
+            return f"{request.get_state_display()} by {request.decided_by}"
+        return request.get_state_display()
+
+    @admin.display(description="asked", ordering="created_at")
+    def asked(self, request: AccessRequest) -> str:
+        return ago(request.created_at)
+
+    @admin.display(description="session", ordering="session_id")
+    def session_link(self, request: AccessRequest) -> str:
+        # Its first characters, linked to the session's page (the whole id would push the decisions off a
+        # 1366 px screen); the search box still finds a request by the whole id.
+        url = reverse("admin:access_mcpsession_change", args=[quote(request.session_id)])
+        return format_html('<a href="{}" title="{}">{}…</a>', url, request.session_id, request.session_id[:8])
 
     def decisions_for(self, request: HttpRequest, access_request: AccessRequest) -> list[tuple[Decision, str]]:
         """The decisions the request's state allows, with their addresses; none for a user who may not grant

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
 from django.db.models import Model
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -139,6 +140,6 @@ class DecidedOnRecords(admin.ModelAdmin):
         return (*super().get_list_display(request), decisions)
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict | None = None):
-        record = self.get_object(request, object_id)
+        record = self.get_object(request, unquote(object_id))
         decisions = self.decisions_for(request, record) if record is not None else []
         return super().change_view(request, object_id, form_url, {**(extra_context or {}), "decisions": decisions})

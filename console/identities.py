@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q
@@ -41,6 +42,7 @@ from access.principals import (
 )
 from access.services import do_revoke_token, record_token_event
 from audit.models import EventKind
+from console.columns import ago, token_standing
 from console.confirmed import DecidedOnRecords, Decision, decide, decide_each
 from console.models import OperatorToken
 from console.operator_tokens import NotAnOperator, do_create_operator_token, do_revoke_operator_token
@@ -130,6 +132,14 @@ class TokenAdmin(DecidedOnRecords, ReadOnlyModelAdmin):
         wrap = self.admin_site.admin_view
         return [path("<int:pk>/revoke/", wrap(self.revoke_view), name=self._name("revoke")), *super().get_urls()]
 
+    @admin.display(description="standing", ordering="revoked_at")
+    def standing(self, token: BearerToken) -> str:
+        return token_standing(token)
+
+    @admin.display(description="created", ordering="created_at")
+    def created(self, token: BearerToken) -> str:
+        return ago(token.created_at)
+
     def decisions_for(self, request: HttpRequest, token: BearerToken) -> list[tuple[Decision, str]]:
         if token.revoked_at is not None or not is_operator(request.user):
             return []
@@ -205,7 +215,7 @@ class TokenAdmin(DecidedOnRecords, ReadOnlyModelAdmin):
 class ClientTokenAdmin(TokenAdmin):
     form_class = ClientTokenForm
     holder_label = "Owner principal"
-    list_display = ("label", "owner", "prefix", "created_at", "expires_at", "revoked_at", "last_used_at")
+    list_display = ("label", "owner", "prefix", "standing", "last_used")
     list_filter = ("revoked_at", "expires_at")
     list_select_related = ("owner",)
     search_fields = ("label", "prefix", "owner__username")
@@ -222,6 +232,10 @@ class ClientTokenAdmin(TokenAdmin):
         )
         return new.token, new.raw
 
+    @admin.display(description="last used", ordering="last_used_at")
+    def last_used(self, token: ClientToken) -> str:
+        return ago(token.last_used_at, empty="never")
+
     def revoke(self, token: ClientToken, acting_user: str) -> None:
         do_revoke_token(token, acting_user=acting_user)
 
@@ -237,7 +251,7 @@ class ClientTokenAdmin(TokenAdmin):
 class OperatorTokenAdmin(TokenAdmin):
     form_class = OperatorTokenForm
     holder_label = "Operator"
-    list_display = ("label", "user", "prefix", "created_at", "revoked_at")
+    list_display = ("label", "user", "prefix", "standing", "created")
     list_filter = ("revoked_at",)
     list_select_related = ("user",)
     search_fields = ("label", "prefix", "user__username")
@@ -296,7 +310,7 @@ class ClientPrincipalAdmin(ReadOnlyModelAdmin):
         return str(len(visible_project_ids(principal)))
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict | None = None):
-        principal = self.get_object(request, object_id)
+        principal = self.get_object(request, unquote(object_id))
         if principal is None or not self.has_view_permission(request, principal):
             raise Http404("No such principal.")
         if request.method == "POST":

@@ -7,7 +7,7 @@ import re
 
 import pytest
 from django.contrib import admin
-from django.contrib.admin.utils import flatten_fieldsets
+from django.contrib.admin.utils import flatten_fieldsets, quote
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 from django.test import Client, RequestFactory
@@ -92,6 +92,7 @@ def test_a_pending_row_offers_allow_as_a_post_and_deny_as_a_link_that_asks_first
     assert f'formaction="{decision_url(pending, "allow")}?next=' in page
     assert f'class="button danger" href="{decision_url(pending, "deny")}?next=' in page
     assert decision_url(pending, "revoke") not in page
+    assert f'href="/console/access/mcpsession/{quote(pending.session_id)}/change/" title="{pending.session_id}"' in page
 
 
 def test_allowing_from_the_row_allows_audits_and_returns_to_the_list(cast, client, pending):
@@ -236,7 +237,7 @@ def test_the_sessions_list_shows_principal_client_grants_and_streams(cast, clien
 
     [row] = [row for row in page.split("<tr") if f"{pending.session_id[:8]}…" in row]
     cells = re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
-    assert cells[:2] == ["carla", "carla-client"]
+    assert cells[0] == "carla-client (carla)"
     assert (cells[-3], cells[-2]) == ("1", "1")  # one grant allowed, one stream open
 
 
@@ -245,7 +246,7 @@ def test_a_session_page_shows_its_grants_streams_and_client_without_a_save_butto
     do_open_stream(cast.caretaker.token, pending.session_id)
     client.force_login(cast.operator.user)
 
-    page = client.get(f"{SESSIONS}{pending.session_id}/change/").content.decode()
+    page = client.get(f"{SESSIONS}{quote(pending.session_id)}/change/").content.decode()
 
     assert f'<code id="session-id">{pending.session_id}</code>' in page
     assert f'href="{CHANGELIST}{pending.pk}/change/">line-3</a>' in page
