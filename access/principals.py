@@ -16,8 +16,10 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AnonymousUser, User
+from django.contrib.auth.models import AnonymousUser, Permission, User
 from django.db import transaction
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 from guardian.shortcuts import assign_perm, remove_perm
 
 from access.grants import end_grants
@@ -74,6 +76,29 @@ def do_create_token_for(
 def sees_every_project(principal: User) -> bool:
     """Whether the principal holds `view_project` on the model (its own or a group's), not per project."""
     return principal.is_active and principal.has_perm(VIEW_PROJECT)
+
+
+def with_visibility(principals: QuerySet) -> QuerySet:
+    """The users annotated, in the same query, with what `sees_every_project` says (`every_project`) and how many
+    projects they hold `view_project` on one by one (`projects_seen`): a list of principals makes no query a
+    row."""
+    from guardian.models import UserObjectPermission
+
+    model_permission = Permission.objects.filter(codename="view_project", content_type__app_label="projects")
+    held = model_permission.filter(Q(user=OuterRef("pk")) | Q(group__user=OuterRef("pk")))
+    per_project = (
+        UserObjectPermission.objects.filter(
+            user=OuterRef("pk"), permission__codename="view_project", content_type__app_label="projects"
+        )
+        .order_by()
+        .values("user")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    return principals.annotate(
+        every_project=Q(is_active=True) & (Q(is_superuser=True) | Exists(held)),
+        projects_seen=Coalesce(Subquery(per_project), 0),
+    )
 
 
 def visible_project_ids(principal: User) -> set[int]:

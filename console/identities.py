@@ -26,7 +26,8 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, Q
+from django.db.models import Count, OuterRef, Subquery
+from django.db.models.functions import Coalesce
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -39,9 +40,11 @@ from access.principals import (
     do_set_project_visibility,
     sees_every_project,
     visible_project_ids,
+    with_visibility,
 )
 from access.services import do_revoke_token, record_token_event
 from audit.models import EventKind
+from audit.services import record
 from console.columns import ago, token_standing
 from console.confirmed import DecidedOnRecords, Decision, decide, decide_each
 from console.models import OperatorToken
@@ -188,6 +191,13 @@ class TokenAdmin(DecidedOnRecords, ReadOnlyModelAdmin):
 
     def add_view(self, request: HttpRequest, form_url: str = "", extra_context: dict | None = None) -> HttpResponse:
         if not self.has_add_permission(request):
+            if request.method == "POST":
+                record(
+                    EventKind.TOKEN_CREATED,
+                    arguments={"kind": self.model.kind, "label": request.POST.get("label", "")},
+                    outcome="refused: not an operator",
+                    called_by=request.user.get_username(),
+                )
             raise PermissionDenied("Only operators make tokens.")
         form = self.form_class(request.POST or None)
         context = {**self.admin_site.each_context(request), "opts": self.model._meta, "form": form}
@@ -280,17 +290,16 @@ class OperatorTokenAdmin(TokenAdmin):
 class ClientPrincipalAdmin(ReadOnlyModelAdmin):
     """The users client tokens act for, and on each one's page the projects it may see."""
 
-    list_display = ("username", "active_tokens", "projects_seen")
+    list_display = ("username", "active_tokens", "projects")
     search_fields = ("username",)
     change_form_template = "admin/identities/principal.html"
 
     def get_queryset(self, request: HttpRequest):
-        return (
-            super()
-            .get_queryset(request)
-            .filter(client_tokens__isnull=False)
-            .annotate(tokens=Count("client_tokens", filter=Q(client_tokens__revoked_at__isnull=True), distinct=True))
-            .order_by("username")
+        owners = ClientToken.objects.values("owner")
+        live = ClientToken.objects.filter(owner=OuterRef("pk"), revoked_at__isnull=True).order_by().values("owner")
+        principals = super().get_queryset(request).filter(pk__in=owners).order_by("username")
+        return with_visibility(principals).annotate(
+            tokens=Coalesce(Subquery(live.annotate(n=Count("pk")).values("n")), 0)
         )
 
     def has_view_permission(self, request: HttpRequest, obj=None) -> bool:
@@ -303,11 +312,9 @@ class ClientPrincipalAdmin(ReadOnlyModelAdmin):
     def active_tokens(self, principal: ClientPrincipal) -> int:
         return principal.tokens  # type: ignore[attr-defined]
 
-    @admin.display(description="projects it may see")
-    def projects_seen(self, principal: ClientPrincipal) -> str:
-        if sees_every_project(principal):
-            return "every project"
-        return str(len(visible_project_ids(principal)))
+    @admin.display(description="projects it may see", ordering="projects_seen")
+    def projects(self, principal: ClientPrincipal) -> str:
+        return "every project" if principal.every_project else str(principal.projects_seen)  # type: ignore[attr-defined]
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict | None = None):
         principal = self.get_object(request, unquote(object_id))

@@ -16,6 +16,7 @@ from guardian.shortcuts import assign_perm
 
 from access.grants import do_decide_access, raise_request
 from access.models import AccessRequest, AccessState, ClientToken, Transport
+from access.principals import do_create_token_for
 from access.services import do_open_session, token_digest
 from audit.models import AuditEvent, EventKind
 from console.models import OperatorToken
@@ -106,7 +107,7 @@ def test_a_client_token_that_would_expire_in_the_past_is_refused(operator):
     assert not ClientToken.objects.filter(label="late").exists()
 
 
-def test_a_staff_user_who_is_not_an_operator_makes_no_token(cast, client):
+def test_a_staff_user_who_is_not_an_operator_makes_no_token_and_the_attempt_is_audited(cast, client):
     carla = cast.caretaker.user
     carla.is_staff = True
     carla.save()
@@ -116,6 +117,7 @@ def test_a_staff_user_who_is_not_an_operator_makes_no_token(cast, client):
 
     assert response.status_code == 403
     assert not ClientToken.objects.filter(label="sneaky").exists()
+    assert audited(EventKind.TOKEN_CREATED)[-1] == ("carla", "refused: not an operator")
 
 
 def test_revoking_a_client_token_asks_first_then_revokes_and_audits(cast, operator):
@@ -289,3 +291,18 @@ def test_revoking_the_selected_client_tokens_revokes_each_and_audits_each(cast, 
     assert "Revoked 2 token(s)." in page
     assert ClientToken.objects.filter(revoked_at__isnull=False).count() == 2
     assert audited(EventKind.TOKEN_REVOKED) == [("olivia", "revoked"), ("olivia", "revoked")]
+
+
+def test_the_principals_list_counts_per_project_rights_and_says_every_project_for_a_model_right(
+    cast, operator, project, django_assert_max_num_queries
+):
+    assign_perm("projects.view_project", cast.caretaker.user, project)
+    for name in ("p1", "p2", "p3", "p4"):  # more rows, no more queries: the cast's three take 12
+        do_create_token_for(name, create_owner=True, label=f"{name}-client", expires_at=None, acting_user="tests")
+
+    with django_assert_max_num_queries(12):
+        page = operator.get(PRINCIPALS).content.decode()
+
+    rows = {row.split("</a>")[0].rsplit(">", 1)[-1]: row for row in page.split("<tr")[2:]}
+    assert '<td class="field-projects">1</td>' in rows["carla"]
+    assert '<td class="field-projects">every project</td>' in rows["olivia"]
