@@ -12,11 +12,15 @@ layer (`access.outbox`). With Redis nothing is written: the direct send already 
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import threading
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from asgiref.sync import async_to_sync
+from asgiref.sync import SyncToAsync, async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import DatabaseError, transaction
 
@@ -53,14 +57,80 @@ SSE_HEADERS = [
 ]
 
 
+class _Outgoing:
+    """The messages this process's threads hand to the server's event loop, sent through the channel layer in the
+    order they were handed over, by one task, while the threads go on.
+
+    A thread that sent through `async_to_sync` waited for the event loop to take its turn and, with Redis, for
+    Redis's answers: an approval announces three times, and its operator waited for each (a tenth of the approve
+    request's time with Redis)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.messages: deque[tuple[str, dict[str, Any]]] = deque()
+        self.sending: asyncio.Task[None] | None = None
+
+    def hand_over(self, group: str, message: dict[str, Any]) -> None:
+        """From any thread; the loop takes the message in the order handed over (call_soon_threadsafe is FIFO)."""
+        self.loop.call_soon_threadsafe(self._take, group, message)
+
+    def _take(self, group: str, message: dict[str, Any]) -> None:
+        self.messages.append((group, message))
+        if self.sending is None or self.sending.done():
+            self.sending = self.loop.create_task(self._send_all())
+
+    async def _send_all(self) -> None:
+        layer = get_channel_layer()
+        while self.messages:
+            group, message = self.messages.popleft()
+            try:
+                await layer.group_send(group, message)
+            except Exception as exc:  # this task's boundary: the change is committed, the next message still goes
+                # Open streams and pages re-check on their own (keep-alive and page loads); say what was missed.
+                logger.warning("could not send %s to %s (%s: %s)", message.get("type"), group, type(exc).__name__, exc)
+
+
+_outgoing: dict[asyncio.AbstractEventLoop, _Outgoing] = {}
+_outgoing_made = threading.Lock()
+
+
+def _server_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop this thread's work was handed from (asgiref records it for a thread it runs sync code in),
+    if it still runs."""
+    loop = getattr(SyncToAsync.threadlocal, "main_event_loop", None)
+    if loop is None or getattr(SyncToAsync.threadlocal, "main_event_loop_pid", None) != os.getpid():
+        return None
+    return loop if loop.is_running() else None
+
+
+def _outgoing_of(loop: asyncio.AbstractEventLoop) -> _Outgoing:
+    outgoing = _outgoing.get(loop)
+    if outgoing is None:
+        with _outgoing_made:
+            for gone in [other for other in _outgoing if other.is_closed()]:
+                del _outgoing[gone]
+            outgoing = _outgoing.setdefault(loop, _Outgoing(loop))
+    return outgoing
+
+
 def notify_streams(group: str, event_type: str, **payload) -> None:
     """Send an event to every stream in a channel-layer group, whichever process holds it (outside the server,
-    on an in-memory layer, through the outbox the server follows)."""
+    on an in-memory layer, through the outbox the server follows).
+
+    In a thread the server handed work to, the event is handed to the server's loop, which sends the events of
+    the process in order, and the thread goes on; elsewhere (a management command, a test) it is sent here."""
     layer = get_channel_layer()
     if layer is None:
         return
     message = {"type": event_type, **payload}
-    async_to_sync(layer.group_send)(group, message)
+    loop = _server_loop()
+    if loop is None:
+        async_to_sync(layer.group_send)(group, message)
+    else:
+        try:
+            _outgoing_of(loop).hand_over(group, message)
+        except RuntimeError:  # the loop closed since: the server is stopping, and its streams with it
+            logger.info("the server's event loop has stopped; %s for %s not sent", event_type, group)
     if _Relay.outside_server and _Relay.write is not None and isinstance(layer, InMemoryChannelLayer):
         try:
             _Relay.write(group, message)
