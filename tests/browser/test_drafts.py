@@ -293,8 +293,8 @@ def test_the_review_shows_a_pous_st_body_as_a_diff_with_line_numbers_and_the_xml
     assert page.evaluate("document.documentElement.scrollWidth") <= 1366  # nothing runs off to the side
     page.screenshot(path=screenshot_path("draft-change-view.png", tmp_path), full_page=True)
     page.emulate_media(color_scheme="dark")  # the admin's theme follows the system's until one is chosen
-    expect(added.first.locator("td.cv-code")).to_have_css("background-color", "rgb(18, 38, 30)")
-    expect(removed.first.locator("td.cv-code")).to_have_css("color", "rgb(255, 161, 152)")
+    expect(added.first.locator("td.cv-code")).to_have_css("background-color", "rgb(18, 54, 31)")
+    expect(removed.first.locator("td.cv-code")).to_have_css("color", "rgb(255, 215, 213)")
     page.screenshot(path=screenshot_path("draft-change-view-dark.png", tmp_path), full_page=True)
 
     page.once("dialog", lambda dialog: dialog.accept())
