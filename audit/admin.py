@@ -42,7 +42,7 @@ from audit import checks, merkle
 from audit.export import FORMATS, do_export_events
 from audit.models import AuditCheckpoint, AuditEvent, EventKind
 from audit.services import GENESIS_MAC, DatabaseNodeStore
-from audit.verify import _check_checkpoint, _check_event, verify_log
+from audit.verify import check_checkpoint, check_event, verify_log
 from forge_core.console import ReadOnlyModelAdmin, is_operator, refused, signed_in
 from forge_core.errors import Refusal
 from forge_core.formatting import local_time, pretty_json, second_text, short_hash
@@ -198,7 +198,7 @@ def _recent_chain(last: int) -> Check:
     window = list(AuditEvent.objects.filter(seq__gte=first - 1).order_by("seq"))
     expected, prev_mac = (first, GENESIS_MAC) if window[0].seq >= first else (first, window.pop(0).mac)
     for event in window:
-        finding = _check_event(event, expected, prev_mac, [], {}, None)
+        finding = check_event(event, expected, prev_mac, [], {}, None)
         if finding is not None:
             return Check(name, False, f"FAILED at {finding}. Run “Verify the log” for the whole log.")
         expected, prev_mac = event.seq + 1, event.mac
@@ -216,7 +216,7 @@ def _latest_checkpoint(last: int) -> Check:
         stored_root = merkle.root(latest.size, DatabaseNodeStore())
     except merkle.MissingNodeError:
         stored_root = None
-    finding = _check_checkpoint(latest, stored_root)
+    finding = check_checkpoint(latest, stored_root)
     signed = f"{latest.size:,} events, signed {second_text(latest.created_at)}"
     if finding is not None:
         return Check(name, False, f"{signed}: FAILED: {finding.reason}.", _b64(latest.root))

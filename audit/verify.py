@@ -152,7 +152,7 @@ def _verify_snapshot(mirror_path: Path | None, saved: Sequence[tuple[SavedCheckp
         stored = store.get_many([key for event in chunk for key in merkle.completed_by(event.seq - 1)])
         for event in chunk:
             completed = tree.push(merkle.leaf_hash(event_line(event).encode()))
-            finding = _check_event(event, expected_seq, prev_mac, completed, stored, mirror_lines)
+            finding = check_event(event, expected_seq, prev_mac, completed, stored, mirror_lines)
             if finding is not None:
                 return Report(events=count, checkpoints=0, finding=finding)
             if event.seq in wanted:
@@ -181,7 +181,7 @@ def _verify_snapshot(mirror_path: Path | None, saved: Sequence[tuple[SavedCheckp
                 return Report(count, 0, Finding(expected_seq, stray))
             expected_seq, prev_mac = expected_seq + 1, json.loads(raw)["mac"]
     for size, checkpoint in sorted(checkpoints.items()):
-        finding = _check_checkpoint(checkpoint, roots.get(size))
+        finding = check_checkpoint(checkpoint, roots.get(size))
         if finding is not None:
             return Report(events=count, checkpoints=0, finding=finding)
     return Report(events=count, checkpoints=len(checkpoints), finding=None)
@@ -202,7 +202,7 @@ def _chunks(events):
         yield chunk
 
 
-def _check_event(
+def check_event(
     event: AuditEvent,
     expected_seq: int,
     prev_mac: str,
@@ -210,6 +210,8 @@ def _check_event(
     stored: dict[merkle.NodeKey, bytes],
     mirror_lines,
 ) -> Finding | None:
+    """What is wrong with `event` as the log's next event after `prev_mac` (None: nothing); the full verification
+    and the console's bounded check of the newest events both use it."""
     if event.seq != expected_seq:
         return Finding(expected_seq, f"missing: the next event in the log is {event.seq} (a gap)")
     if event.prev_mac != prev_mac:
@@ -254,7 +256,8 @@ def _check_saved(saved: SavedCheckpoint, signed: Checkpoint, count: int, compute
     return None
 
 
-def _check_checkpoint(checkpoint: AuditCheckpoint, computed_root: bytes | None) -> Finding | None:
+def check_checkpoint(checkpoint: AuditCheckpoint, computed_root: bytes | None) -> Finding | None:
+    """What is wrong with a stored checkpoint (its signature, or its root against the tree's), None: nothing."""
     if computed_root is None:
         return Finding(checkpoint.size, f"checkpoint {checkpoint.size} is past the end of the log")
     try:
