@@ -170,12 +170,6 @@ def test_a_decision_without_grant_access_is_refused_audited_and_offered_no_butto
     assert decisions_audited() == [("olivia", "refused: no grant_access permission")]
 
 
-def test_deciding_an_unknown_request_is_404(cast, client, pending):
-    client.force_login(cast.operator.user)
-
-    assert client.post(f"{CHANGELIST}987654/allow/").status_code == 404
-
-
 def test_a_row_decision_without_the_csrf_token_is_refused(cast, pending):
     forged = Client(enforce_csrf_checks=True)
     forged.force_login(cast.operator.user)
@@ -253,3 +247,10 @@ def test_a_session_page_shows_its_grants_streams_and_client_without_a_save_butto
     assert '<td class="grant-state">Allowed</td>' in page
     assert "No event stream is open" not in page and "No project" not in page
     assert 'name="_save"' not in page
+
+
+@pytest.mark.parametrize("request_id", [987654, 10**25])
+def test_deciding_an_unknown_or_impossible_request_id_is_404(cast, client, request_id):
+    client.force_login(cast.operator.user)
+
+    assert client.post(f"{CHANGELIST}{request_id}/allow/").status_code == 404

@@ -306,3 +306,9 @@ def test_the_principals_list_counts_per_project_rights_and_says_every_project_fo
     rows = {row.split("</a>")[0].rsplit(">", 1)[-1]: row for row in page.split("<tr")[2:]}
     assert '<td class="field-projects">1</td>' in rows["carla"]
     assert '<td class="field-projects">every project</td>' in rows["olivia"]
+
+
+@pytest.mark.parametrize("token_id", [987654, 10**25])
+def test_revoking_an_unknown_or_impossible_token_id_is_404(operator, token_id):
+    assert operator.post(f"{CLIENT_TOKENS}{token_id}/revoke/").status_code == 404
+    assert operator.post(f"{OPERATOR_TOKENS}{token_id}/revoke/").status_code == 404
