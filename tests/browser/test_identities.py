@@ -1,6 +1,7 @@
 """Identities in chromium: an operator makes a client token on the console's form, sees it once with a
 Copy button and a ready configuration, and the client it was made for connects with it; the token is never
-shown again. An operator lets a client principal see a project on the principals screen."""
+shown again. Revoking one from its row asks first, then the client is refused. An operator lets a client
+principal see a project on the principals screen."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import httpx
 import pytest
 
 from mcp_api.revisions import LATEST_HANDSHAKE
-from tests.browser.conftest import CLIENT_OWNER, ConsoleServer
+from tests.browser.conftest import CLIENT_LABEL, CLIENT_OWNER, ConsoleServer
 from tests.browser.test_dashboard import log_in
 from tests.projects.conftest import LATIN1, fixture_path
 
@@ -80,3 +81,19 @@ def test_an_operator_lets_a_principal_see_a_project(page: Page, console_server: 
 
     expect(page.locator(".messagelist")).to_contain_text(f"Changed what {CLIENT_OWNER} may see on 1 project(s).")
     expect(page.locator("#visible-tower")).to_be_checked()
+
+
+def test_revoking_a_token_from_its_row_asks_first_and_the_client_is_refused(page: Page, console_server: ConsoleServer):
+    log_in(page, console_server)
+    page.goto(f"{console_server.console_url}access/clienttoken/")
+    row = page.locator("#result_list tbody tr").filter(has_text=CLIENT_LABEL)
+
+    row.get_by_role("link", name="Revoke…").click()
+    expect(page.locator("#confirm-decision")).to_contain_text("this cannot be undone")
+    before = initialize_status(console_server, console_server.server.token)
+    page.locator("#confirm").click()
+
+    expect(page.locator(".messagelist")).to_contain_text(f"Revoked {CLIENT_LABEL}")
+    expect(row).to_contain_text("revoked")
+    expect(row.get_by_role("link", name="Revoke…")).to_have_count(0)
+    assert (before, initialize_status(console_server, console_server.server.token)) == (200, 401)
