@@ -199,7 +199,9 @@ class TokenAdmin(DecidedOnRecords, ReadOnlyModelAdmin):
                     called_by=request.user.get_username(),
                 )
             raise PermissionDenied("Only operators make tokens.")
-        form = self.form_class(request.POST or None)
+        # A link may fill fields in (the principal's page names the owner); the operator still submits the form.
+        initial = {name: value for name, value in request.GET.items() if name in self.form_class.base_fields}
+        form = self.form_class(request.POST or None, initial=initial)
         context = {**self.admin_site.each_context(request), "opts": self.model._meta, "form": form}
         if request.method == "POST" and form.is_valid():
             try:

@@ -312,3 +312,13 @@ def test_the_principals_list_counts_per_project_rights_and_says_every_project_fo
 def test_revoking_an_unknown_or_impossible_token_id_is_404(operator, token_id):
     assert operator.post(f"{CLIENT_TOKENS}{token_id}/revoke/").status_code == 404
     assert operator.post(f"{OPERATOR_TOKENS}{token_id}/revoke/").status_code == 404
+
+
+def test_a_principals_page_links_to_a_token_form_with_the_owner_filled_in(cast, operator):
+    carla = cast.caretaker.user
+
+    page = operator.get(f"{PRINCIPALS}{carla.pk}/change/").content.decode()
+    form = operator.get(f"{CLIENT_TOKENS}add/?owner=carla").content.decode()
+
+    assert f'href="{CLIENT_TOKENS}add/?owner=carla"' in page
+    assert 'name="owner" value="carla"' in form
