@@ -1,5 +1,6 @@
-"""The dashboard follows the console's live feed: an open dashboard shows a new access request and the switch
-turned from a shell without a reload, within the 2 s issue 17 asks for, and its buttons still work after."""
+"""The dashboard follows the console's live feed: an open dashboard shows a new access request, a working draft
+submitted for review and the switch turned from a shell without a reload, within the 2 s issue 17 asks for,
+and its buttons still work after."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ import pytest
 from tests.browser.conftest import OPERATOR, ConsoleServer
 from tests.browser.test_access_requests import PROJECT_FILE, SLUG, McpClient
 from tests.browser.test_dashboard import log_in
+from tests.browser.test_drafts import PROJECT_FILE as DRAFTS_PROJECT_FILE
+from tests.browser.test_drafts import SLUG as DRAFTS_SLUG
+from tests.browser.test_layout import submit_a_group
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -41,6 +45,21 @@ def test_a_new_access_request_appears_on_an_open_dashboard_without_a_reload(page
     assert refused["error"] == "FORGE_ERR_PROJECT_ACCESS_PENDING"
     expect(page.locator("#pending-request-count")).to_have_text("1", timeout=LIVE_MS)
     expect(page.locator("#waiting-items")).to_contain_text("1 access request")
+
+
+def test_a_change_group_submitted_for_review_is_counted_on_an_open_dashboard_without_a_reload(
+    page: Page, console_server: ConsoleServer
+):
+    server = console_server.server
+    server.manage("mcp_switch", "on")
+    server.manage("import_project", str(DRAFTS_PROJECT_FILE), "--slug", DRAFTS_SLUG)
+    client = McpClient(console_server, server.new_token("drafting-client", user=OPERATOR))
+    open_dashboard(page, console_server)
+    expect(page.locator("#draft-count")).to_have_text("0")
+
+    submit_a_group(console_server, client, decider=OPERATOR)
+
+    expect(page.locator("#draft-count")).to_have_text("1", timeout=LIVE_MS)
 
 
 def test_the_switch_turned_off_from_a_shell_shows_on_an_open_dashboard_without_a_reload(

@@ -99,10 +99,11 @@ def console(tmp_path_factory) -> Iterator[ConsoleServer]:
             yield console
 
 
-def submit_a_group(console: ConsoleServer, client: McpClient) -> None:
-    """A client, allowed from the shell, submits a change group: the project's draft waits for review."""
+def submit_a_group(console: ConsoleServer, client: McpClient, decider: str = "live") -> None:
+    """A client, allowed from the shell by `decider`, submits a change group: the project's draft waits for
+    review."""
     client.call("session.request_access", {"project": SLUG})
-    console.server.manage("access_requests", "allow", "--pending", "--as", "live")
+    console.server.manage("access_requests", "allow", "--pending", "--as", decider)
     expected = {"project": SLUG, "expected_context_generation": client.call("session.status", {})["context_generation"]}
     revision = client.call("draft.status", {"project": SLUG})["working_revision"]
     begun = client.call(
