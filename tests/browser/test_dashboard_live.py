@@ -13,7 +13,7 @@ from tests.browser.test_access_requests import PROJECT_FILE, SLUG, McpClient
 from tests.browser.test_dashboard import log_in
 from tests.browser.test_drafts import PROJECT_FILE as DRAFTS_PROJECT_FILE
 from tests.browser.test_drafts import SLUG as DRAFTS_SLUG
-from tests.browser.test_layout import submit_a_group
+from tests.browser.test_layout import allowed_client, console, propose_a_write, submit_a_group
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 expect = pytest.importorskip("playwright.sync_api", reason="the playwright package is missing").expect
 
 pytestmark = pytest.mark.live
+
+__all__ = ["console"]  # an override deployment with a project (test_layout's), a fixture
 
 LIVE_MS = 2_000
 """How soon an open dashboard must show a change (issue 17): the bound on each wait below."""
@@ -60,6 +62,18 @@ def test_a_change_group_submitted_for_review_is_counted_on_an_open_dashboard_wit
     submit_a_group(console_server, client, decider=OPERATOR)
 
     expect(page.locator("#draft-count")).to_have_text("1", timeout=LIVE_MS)
+
+
+def test_a_direct_write_waiting_for_a_decision_is_counted_on_an_open_dashboard_without_a_reload(
+    page: Page, console: ConsoleServer
+):
+    client = allowed_client(console)
+    open_dashboard(page, console)
+    expect(page.locator("#pending-confirmation-count")).to_have_text("0")
+
+    propose_a_write(client, "DashboardCount")
+
+    expect(page.locator("#pending-confirmation-count")).to_have_text("1", timeout=LIVE_MS)
 
 
 def test_the_switch_turned_off_from_a_shell_shows_on_an_open_dashboard_without_a_reload(

@@ -15,6 +15,8 @@ import pytest
 from tests.browser.conftest import OPERATOR, WAIT_MS, ConsoleServer, screenshot_path
 from tests.browser.test_access_requests import McpClient
 from tests.browser.test_caretaker import GRANT_CARETAKER
+from tests.browser.test_confirmations import ADD as WRITE
+from tests.browser.test_confirmations import TOOL as WRITE_TOOL
 from tests.browser.test_dashboard import log_in
 from tests.browser.test_drafts import ADD, PROJECT_FILE, RATIONALE, SLUG, TITLE
 from tests.live import manage, prepare, run_server, scratch_database
@@ -99,6 +101,27 @@ def console(tmp_path_factory) -> Iterator[ConsoleServer]:
             yield console
 
 
+def allowed_client(console: ConsoleServer, decider: str = "live") -> McpClient:
+    """A new session of the server's client token, its access to the project allowed from the shell."""
+    client = McpClient(console, console.server.token)
+    client.call("session.request_access", {"project": SLUG})
+    console.server.manage("access_requests", "allow", "--pending", "--as", decider)
+    return client
+
+
+def propose_a_write(client: McpClient, name: str) -> str:
+    """A direct write of variable `name` (an override deployment): it waits as a pending confirmation, whose
+    short address this returns."""
+    answer = client.call(WRITE_TOOL, {**WRITE, "project": SLUG, "name": name})
+    assert answer["error"] == "FORGE_ERR_CONFIRMATION_REQUIRED", answer
+    return f"/console/confirmations/{answer['pending_id']}/"
+
+
+@pytest.fixture(scope="module")
+def confirmation_page(console: ConsoleServer) -> str:
+    return propose_a_write(allowed_client(console), "LayoutCheck")
+
+
 def submit_a_group(console: ConsoleServer, client: McpClient, decider: str = "live") -> None:
     """A client, allowed from the shell by `decider`, submits a change group: the project's draft waits for
     review."""
@@ -138,7 +161,9 @@ CASES = [
 
 
 @pytest.mark.parametrize("themed_page", CASES, indirect=True)
-def test_every_screen_loads_cleanly_fits_and_stays_readable(themed_page: Page, console: ConsoleServer, request):
+def test_every_screen_loads_cleanly_fits_and_stays_readable(
+    themed_page: Page, console: ConsoleServer, confirmation_page: str, request
+):
     page = themed_page
     errors: list[str] = []
     page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
@@ -146,7 +171,7 @@ def test_every_screen_loads_cleanly_fits_and_stays_readable(themed_page: Page, c
     log_in(page, console)
     problems: dict[str, list[str]] = {}
 
-    for address in SCREENS:
+    for address in [*SCREENS, confirmation_page]:
         response = page.goto(f"{console.server.base}{address}")
         assert response is not None and response.status == 200, address
         page.wait_for_load_state("load")
