@@ -1,10 +1,14 @@
-"""Fixtures of the audit tests: a mirror of its own for every test, fast hashing, the asyncio backend."""
+"""Fixtures of the audit tests: a mirror of its own for every test, no remembered full check, fast hashing, the
+asyncio backend."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from django.core.cache import cache
+
+from audit.admin import LAST_FULL_CHECK
 
 
 @pytest.fixture(autouse=True)
@@ -18,3 +22,10 @@ def mirror_path(settings, tmp_path) -> Path:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def no_full_check_remembered():
+    """The console remembers its last full verification in Django's cache, which outlives a test: each audit test
+    starts with none."""
+    cache.delete(LAST_FULL_CHECK)
