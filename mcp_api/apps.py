@@ -5,3 +5,8 @@ class McpApiConfig(AppConfig):
     name = "mcp_api"
     verbose_name = "MCP"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from mcp_api import resource_updates
+
+        resource_updates.connect()

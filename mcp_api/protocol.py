@@ -26,7 +26,8 @@ from access.models import ClientToken, McpSession
 from audit.models import EventKind
 from audit.services import record
 from forge_core.errors import AuditUnavailable, Refusal
-from mcp_api import registry
+from mcp_api import completions, prompts, registry, resources
+from mcp_api.consent import MCP_OFF
 from mcp_api.jsonrpc import INTERNAL_ERROR, METHOD_NOT_FOUND, RpcError, error, refusal_error, result
 from mcp_api.revisions import ALL_REVISIONS, SERVER_INFO_META_KEY, is_stateless
 from projects.models import Project
@@ -36,7 +37,24 @@ logger = logging.getLogger("forge.mcp")
 SERVER_NAME = "forge-mcp"
 SERVER_VERSION = "0.1.0"
 SERVER_INFO = {"name": SERVER_NAME, "title": "Forge MCP", "version": SERVER_VERSION}
-CAPABILITIES = {"tools": {"listChanged": True}}
+CAPABILITIES = {
+    "tools": {"listChanged": True},
+    "resources": {"subscribe": True, "listChanged": False},
+    "prompts": {"listChanged": False},
+    "completions": {},
+}
+"""What the server offers at the handshake revisions from 2025-03-26 on."""
+
+
+def capabilities(revision: str) -> dict[str, Any]:
+    """The capabilities declared at a revision: `completions` came with 2025-03-26 (completion/complete itself
+    answers at 2024-11-05, which declared nothing for it), and 2026-07-28 removed `resources/subscribe` (its
+    clients listen with subscriptions/listen)."""
+    if revision == "2024-11-05":
+        return {key: value for key, value in CAPABILITIES.items() if key != "completions"}
+    if is_stateless(revision):
+        return {**CAPABILITIES, "resources": {"listChanged": False}}
+    return CAPABILITIES
 
 
 @dataclass
@@ -80,13 +98,6 @@ class CallContext:
         self.target, self.audit_project, self.awaiting = None, "", None
 
 
-MCP_OFF = Refusal(
-    "FORGE_ERR_MCP_DISABLED",
-    "MCP is switched off by the operators of this Forge server, so no project can be read or changed. "
-    "Ask an operator to switch it on in the Forge console (dashboard); session.status tells you when it is.",
-)
-
-
 OVERRIDE_BANNER = (
     "OVERRIDE MODE: this Forge server was started with FORGE_OVERRIDE_SECURITIES=1, so direct write tools "
     "(project.write.*) exist. Each still waits for an operator's approval in the Forge console; nothing is "
@@ -126,7 +137,7 @@ def _tools_list(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
 def _server_discover(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
     return {
         "supportedVersions": list(ALL_REVISIONS),
-        "capabilities": CAPABILITIES,
+        "capabilities": capabilities(ctx.revision),
         "instructions": instructions(),
         "ttlMs": 0,
         "cacheScope": "private",
@@ -228,6 +239,15 @@ METHODS: dict[str, Method] = {
     "tools/list": Method(_tools_list),
     "tools/call": Method(_tools_call),
     "server/discover": Method(_server_discover, stateless_only=True),
+    "resources/list": Method(resources.resources_list),
+    "resources/templates/list": Method(resources.templates_list),
+    "resources/read": Method(resources.resources_read),
+    # Removed in 2026-07-28, whose clients name resources in subscriptions/listen instead.
+    "resources/subscribe": Method(resources.resources_subscribe, handshake_only=True),
+    "resources/unsubscribe": Method(resources.resources_unsubscribe, handshake_only=True),
+    "prompts/list": Method(prompts.prompts_list),
+    "prompts/get": Method(prompts.prompts_get),
+    "completion/complete": Method(completions.complete),
 }
 
 
@@ -240,7 +260,7 @@ def respond(ctx: CallContext, message: dict[str, Any]) -> dict[str, Any]:
             raise RpcError(
                 METHOD_NOT_FOUND,
                 f"Method {message['method'][:100]!r} is not offered at revision {ctx.revision}. "
-                "This server offers tools: call tools/list.",
+                "This server offers tools, resources, prompts and completions: call tools/list.",
             )
         value = method.handler(ctx, message.get("params") or {})
     except RpcError as exc:

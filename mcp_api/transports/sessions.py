@@ -11,7 +11,7 @@ from django.conf import settings
 from access.models import ClientToken, McpSession, Transport
 from mcp_api import jsonrpc
 from mcp_api.jsonrpc import INVALID_REQUEST, RpcError
-from mcp_api.protocol import CAPABILITIES, SERVER_INFO, CallContext, instructions, respond
+from mcp_api.protocol import SERVER_INFO, CallContext, capabilities, instructions, respond
 from mcp_api.revisions import BATCH_REVISIONS, negotiate
 from mcp_api.transports.core import audit_refused_request
 
@@ -36,7 +36,7 @@ def initialize_params(message: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 def initialize_result(revision: str) -> dict[str, Any]:
     return {
         "protocolVersion": revision,
-        "capabilities": CAPABILITIES,
+        "capabilities": capabilities(revision),
         "serverInfo": SERVER_INFO,
         "instructions": instructions(),
     }

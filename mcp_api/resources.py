@@ -1,0 +1,297 @@
+"""MCP resources: a project's accepted file, its working draft, a POU's ST body, and the authoring guidelines.
+
+`resources/read` and `resources/subscribe` pass the read tools' consent gates (`mcp_api.consent`): MCP on,
+the project visible, this session's grant; `resources/list` names only the projects the principal may view,
+as `project.list` does, and pages with cursors. A subscription is stored (`ResourceSubscription`), so the
+change that triggers `notifications/resources/updated` may happen in any process (`mcp_api.resource_updates`).
+Every call is audited as a tool call is, its `tool` the method's name.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+from django.db import transaction
+
+from forge_core.errors import Refusal
+from mcp_api import registry
+from mcp_api.consent import RESOURCE_NOT_FOUND, audited, granted_project
+from mcp_api.jsonrpc import INVALID_PARAMS, RpcError
+from mcp_api.models import ResourceSubscription
+from projects import plcopen, reads, rights
+from projects.models import Project
+from projects.services import ProjectUnavailable
+
+if TYPE_CHECKING:
+    from mcp_api.protocol import CallContext
+
+GUIDELINES_URI = "forge://guidelines"
+PAGE_SIZE = 50
+MAX_RESOURCE_CHARS = 4_000_000
+"""A resource is read whole; a file larger than this is read in chunks with project.export instead."""
+MAX_SUBSCRIPTIONS_PER_SESSION = 100
+
+GUIDELINES = f"""# Authoring guidelines for Forge MCP
+
+{registry.AUTHORING_GUIDANCE}
+
+## Naming (IEC 61131-3)
+
+- An identifier starts with a letter or an underscore, then letters, digits and single underscores; it
+  never ends with an underscore and never holds two in a row. Case does not distinguish two names:
+  `Counter` and `COUNTER` in one scope are the same name, and the project check reports them.
+- A keyword of the language (IF, END_IF, VAR, TON, INT, ...) is not a name.
+- Name POUs for what they do (`ConveyorControl`, `FB_Valve`), variables for what they hold (`MotorRunning`,
+  `FlowSetpoint`); keep one style across a project.
+- Inputs go in inputVars, outputs in outputVars, state in localVars; globals only where several POUs need
+  them, in a configuration or resource.
+- Give every variable a type and, where it is not obvious, documentation; an initial value must fit its type.
+
+## Working with resources
+
+- `forge://projects/{{slug}}/accepted.xml` is the project as accepted; `.../draft.xml` is the working draft with
+  every staged change group applied; `.../pous/{{pou}}/body.st` is one POU's Structured Text body as accepted.
+- Subscribe to a resource to hear `notifications/resources/updated` when it changes; then read it again.
+"""
+
+TEMPLATES = [
+    {
+        "uriTemplate": "forge://projects/{slug}/accepted.xml",
+        "name": "accepted",
+        "title": "A project as accepted",
+        "description": "The project's PLCopen XML file as it is accepted now. Needs this session's grant.",
+        "mimeType": "application/xml",
+    },
+    {
+        "uriTemplate": "forge://projects/{slug}/draft.xml",
+        "name": "draft",
+        "title": "A project's working draft",
+        "description": "The PLCopen XML with every staged change group applied. Needs this session's grant.",
+        "mimeType": "application/xml",
+    },
+    {
+        "uriTemplate": "forge://projects/{slug}/pous/{pou}/body.st",
+        "name": "pou_body",
+        "title": "A POU's Structured Text body",
+        "description": "The ST body of one POU of the accepted project. Needs this session's grant.",
+        "mimeType": "text/plain",
+    },
+]
+
+_PROJECT_URI = re.compile(
+    r"forge://projects/(?P<slug>[^/?#]+)/(?:(?P<file>accepted|draft)\.xml|pous/(?P<pou>[^/?#]+)/body\.st)"
+)
+
+
+@dataclass(frozen=True)
+class ResourceUri:
+    """A project resource's address, parsed: the project's slug, and the file or the POU it names."""
+
+    slug: str
+    file: str | None  # "accepted" or "draft"
+    pou: str | None
+
+
+def parse(uri: Any) -> ResourceUri | None:
+    """The project resource a URI names, or None (the guidelines, or no resource of this server)."""
+    found = _PROJECT_URI.fullmatch(uri) if isinstance(uri, str) and len(uri) <= 500 else None
+    if found is None:
+        return None
+    pou = found.group("pou")
+    return ResourceUri(unquote(found.group("slug")), found.group("file"), unquote(pou) if pou else None)
+
+
+def _unknown(uri: Any) -> RpcError:
+    return RpcError(
+        RESOURCE_NOT_FOUND,
+        f"There is no resource {str(uri)[:200]!r}. Call resources/list and resources/templates/list for the "
+        "addresses this server serves.",
+        {"uri": str(uri)[:500]},
+    )
+
+
+def _uri_of(params: dict[str, Any]) -> str:
+    uri = params.get("uri")
+    if not isinstance(uri, str) or not uri:
+        raise RpcError(INVALID_PARAMS, "Invalid params: 'uri' must be a resource address from resources/list.")
+    return uri
+
+
+def project_uris(slug: str) -> tuple[str, str]:
+    return f"forge://projects/{slug}/accepted.xml", f"forge://projects/{slug}/draft.xml"
+
+
+# --- resources/list and resources/templates/list ---------------------------------------------------------
+
+
+def resources_list(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
+    """The guidelines, then each visible project's accepted file and draft, in slug order, a page at a time."""
+    offset = _offset(params.get("cursor"), "resources/list")
+    # Entry 0 is the guidelines; project k is entries 2k+1 (accepted) and 2k+2 (draft).
+    first_project = max(0, (offset - 1) // 2)
+    wanted = PAGE_SIZE // 2 + 2
+    projects = list(rights.visible_projects(ctx.token.owner)[first_project : first_project + wanted])
+    entries = [] if offset > 0 else [_guidelines_entry()]
+    for project in projects:
+        accepted, draft = project_uris(project.slug)
+        entries.append(
+            _entry(accepted, f"{project.slug}/accepted.xml", f"{project.name} (accepted)", "application/xml")
+        )
+        entries.append(_entry(draft, f"{project.slug}/draft.xml", f"{project.name} (working draft)", "application/xml"))
+    skip = 0 if offset == 0 else offset - (1 + 2 * first_project)
+    rest = entries[skip:]
+    page: dict[str, Any] = {"resources": rest[:PAGE_SIZE]}
+    if len(rest) > PAGE_SIZE:
+        page["nextCursor"] = registry.encode_cursor(offset + PAGE_SIZE)
+    return _cacheable(ctx, page)
+
+
+def templates_list(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
+    _offset(params.get("cursor"), "resources/templates/list")
+    return _cacheable(ctx, {"resourceTemplates": [dict(template) for template in TEMPLATES]})
+
+
+def _cacheable(ctx: CallContext, page: dict[str, Any]) -> dict[str, Any]:
+    if ctx.stateless:
+        page.update({"ttlMs": 0, "cacheScope": "private"})
+    return page
+
+
+def _offset(cursor: Any, method: str) -> int:
+    try:
+        return registry.decode_cursor(cursor)
+    except RpcError:
+        raise RpcError(
+            INVALID_PARAMS, f"Invalid params: unknown cursor. Pass back a nextCursor from {method}."
+        ) from None
+
+
+def _entry(uri: str, name: str, title: str, mime: str) -> dict[str, Any]:
+    return {"uri": uri, "name": name, "title": title, "mimeType": mime}
+
+
+def _guidelines_entry() -> dict[str, Any]:
+    entry = _entry(GUIDELINES_URI, "guidelines", "Authoring guidelines and IEC naming rules", "text/markdown")
+    entry["description"] = "How to change a project through Forge MCP, and how to name things in IEC 61131-3."
+    return entry
+
+
+# --- resources/read ---------------------------------------------------------------------------------
+
+
+def resources_read(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
+    uri = _uri_of(params)
+    if uri == GUIDELINES_URI:
+        text = audited(ctx, "resources/read", {"uri": uri}, lambda: GUIDELINES)
+        return {"contents": [{"uri": uri, "mimeType": "text/markdown", "text": text}]}
+    address = parse(uri)
+    arguments = {"uri": uri[:500], "project": address.slug[:100] if address else ""}
+
+    def read() -> dict[str, Any]:
+        if address is None:
+            raise _unknown(uri)
+        project = granted_project(ctx, address.slug, params)
+        try:
+            if address.pou is not None:
+                return {"uri": uri, "mimeType": "text/plain", "text": _pou_body(project, address.pou)}
+            view = reads.WORKING_DRAFT if address.file == "draft" else reads.ACCEPTED
+            return {"uri": uri, "mimeType": "application/xml", "text": _whole_file(project, view)}
+        except ProjectUnavailable as exc:
+            raise Refusal("FORGE_ERR_NOT_FOUND", f"The project cannot be read now: {exc}.") from None
+
+    return {"contents": [audited(ctx, "resources/read", arguments, read, not_found=RESOURCE_NOT_FOUND)]}
+
+
+def _whole_file(project: Project, view: str) -> str:
+    exported = reads.export(project, offset=0, limit=MAX_RESOURCE_CHARS, view=view)
+    if "next_offset" in exported:
+        raise Refusal(
+            "FORGE_ERR_TOO_LARGE",
+            f"{project.slug} holds {exported['length']} characters, more than a resource carries "
+            f"({MAX_RESOURCE_CHARS}); read it with project.export in chunks, or the bounded reads.",
+            length=exported["length"],
+        )
+    return str(exported["xml"])
+
+
+def _pou_body(project: Project, pou: str) -> str:
+    """The whole ST body of a POU of the accepted project, read page by page."""
+    parts: list[str] = []
+    cursor = None
+    while True:
+        try:
+            element = reads.get_element(project, f"pou/{pou}", body_limit=plcopen.MAX_BODY_LIMIT, cursor=cursor)
+        except plcopen.ElementNotFound:
+            raise Refusal(
+                "FORGE_ERR_NOT_FOUND",
+                f"{project.slug} has no POU {pou!r}. Complete the pou variable (completion/complete) or call "
+                "project.find with kind pou for the names.",
+            ) from None
+        body = element.get("body") if element.get("kind", "pou") == "pou" else None
+        if not body or body.get("language") != "ST" or not body.get("rendered"):
+            language = body.get("language") if body else "no"
+            raise Refusal(
+                "FORGE_ERR_NOT_FOUND",
+                f"POU {pou} of {project.slug} has {language} body, not Structured Text; read it with "
+                "project.get_element.",
+            )
+        parts.append(str(body.get("text", "")))
+        cursor = body.get("next_cursor")
+        if not cursor:
+            return "".join(parts)
+
+
+# --- resources/subscribe and resources/unsubscribe -------------------------------------------------------
+
+
+def resources_subscribe(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
+    uri = _uri_of(params)
+    address = parse(uri)
+    arguments = {"uri": uri[:500], "project": address.slug[:100] if address else ""}
+
+    def subscribe() -> dict[str, Any]:
+        if uri == GUIDELINES_URI:
+            return {}  # they change only with the server's version: nothing to announce
+        if address is None:
+            raise _unknown(uri)
+        project = granted_project(ctx, address.slug, params)
+        do_subscribe_resource(ctx, project, uri)
+        return {}
+
+    with transaction.atomic():  # the row commits with its audit row, or neither does
+        return audited(ctx, "resources/subscribe", arguments, subscribe, not_found=RESOURCE_NOT_FOUND)
+
+
+def do_subscribe_resource(ctx: CallContext, project: Project, uri: str) -> ResourceSubscription:
+    """Store this session's subscription to one of the project's resources (the caller audits it)."""
+    session = ctx.session
+    if session is None:
+        raise LookupError("resources/subscribe is offered only on revisions with sessions")
+    existing = ResourceSubscription.objects.filter(session=session, uri=uri).first()
+    if existing is not None:
+        return existing
+    if ResourceSubscription.objects.filter(session=session).count() >= MAX_SUBSCRIPTIONS_PER_SESSION:
+        raise Refusal(
+            "FORGE_ERR_LIMIT_REACHED",
+            f"This session holds {MAX_SUBSCRIPTIONS_PER_SESSION} resource subscriptions, the most one may hold; "
+            "unsubscribe from one you no longer follow (resources/unsubscribe) first.",
+            limit=MAX_SUBSCRIPTIONS_PER_SESSION,
+        )
+    return ResourceSubscription.objects.create(session=session, project=project, uri=uri)
+
+
+def resources_unsubscribe(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
+    uri = _uri_of(params)
+    address = parse(uri)
+    arguments = {"uri": uri[:500], "project": address.slug[:100] if address else ""}
+
+    def unsubscribe() -> dict[str, Any]:
+        # Ending a subscription reveals nothing and needs no grant: a revoked session may still stop listening.
+        ResourceSubscription.objects.filter(session=ctx.session, uri=uri).delete()
+        return {}
+
+    with transaction.atomic():
+        return audited(ctx, "resources/unsubscribe", arguments, unsubscribe)
