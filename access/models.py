@@ -224,3 +224,43 @@ class OutboxMessage(models.Model):
 
     class Meta:
         ordering = ["id"]
+
+
+class RuntimeToken(BearerToken):
+    """A runtime connector's bearer token (`frt_...`): it posts the runtime snapshots of the one project it is
+    bound to, and nothing else (never /mcp, never the operator API). Only its SHA-256 digest is stored. Its
+    holder is the operator who made it, named in the audit rows of its creation and revocation."""
+
+    kind = "runtime"
+    holder_field = "created_by"
+
+    label = models.CharField(max_length=200, help_text="The connector's name (the PLC or gateway), shown in the log.")
+    project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="runtime_tokens")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="runtime_tokens")
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta(BearerToken.Meta):
+        verbose_name = "runtime connector token"
+
+    def audit_identity(self) -> dict[str, Any]:
+        return {**super().audit_identity(), "project": self.project.slug}
+
+
+class RuntimeValue(models.Model):
+    """The latest value a runtime connector reported for one variable of a project, with whether the runtime
+    forces it and when the connector read it (`observed_at`, the snapshot's timestamp). One row per
+    (project, variable): a newer snapshot replaces it, an older one arriving late does not (`access.runtime`)."""
+
+    project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="runtime_values")
+    variable = models.CharField(max_length=200)
+    value = models.JSONField()
+    forced = models.BooleanField()
+    observed_at = models.DateTimeField()
+    received_at = models.DateTimeField(default=timezone.now)
+    token = models.ForeignKey(RuntimeToken, on_delete=models.SET_NULL, null=True, related_name="values")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "variable"], name="runtime_value_per_variable")]
+
+    def __str__(self) -> str:
+        return f"{self.variable} = {self.value!r}{' (forced)' if self.forced else ''}"

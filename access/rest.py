@@ -2,7 +2,8 @@
 
 The bearer token that opens MCP sessions also authenticates `/api/...` requests: the token's owner
 becomes the request's user and the token its `auth`, so an API's permissions see the same person the
-console does. It reads `Authorization: Bearer` and leaves an operator token (`fop_`, authenticated by
+console does. A runtime connector token (`frt_`) is refused here, audited: it only posts snapshots
+(`access.runtime_api`, which names its own authentication). It reads `Authorization: Bearer` and leaves an operator token (`fop_`, authenticated by
 `console.rest`) to the next class, so either order works, and settings put this class first (its
 WWW-Authenticate makes a request without credentials a 401). Settings name it by dotted path
 (REST_FRAMEWORK), which lets apps below the edges (audit, confirmations) be reached with a token without
@@ -23,7 +24,7 @@ from rest_framework.request import Request
 
 from access.models import ClientToken
 from access.services import authenticate_bearer, record_refused_token
-from forge_core.tokens import CLIENT_TOKEN_PREFIX, OPERATOR_TOKEN_PREFIX
+from forge_core.tokens import CLIENT_TOKEN_PREFIX, OPERATOR_TOKEN_PREFIX, RUNTIME_TOKEN_PREFIX
 
 REALM = "forge-mcp"
 
@@ -36,7 +37,23 @@ def bearer_credential(request: Request) -> str | None:
     return credential.strip()
 
 
-class BearerTokenAuthentication(BaseAuthentication):
+class BearerAuthentication(BaseAuthentication):
+    """What every bearer token class of these APIs shares: the scheme it names to a caller without credentials."""
+
+    def authenticate_header(self, request: Request) -> str:
+        # Makes DRF answer 401 (not 403) to a request without credentials, with the scheme to use.
+        return f'Bearer realm="{REALM}"'
+
+
+def bearer_scheme(prefix: str, description: str) -> dict[str, str]:
+    """The OpenAPI security scheme of a bearer token kind, named by its prefix."""
+    return {
+        **build_bearer_security_scheme_object("Authorization", "Bearer", bearer_format=f"{prefix}..."),
+        "description": description,
+    }
+
+
+class BearerTokenAuthentication(BearerAuthentication):
     """`Authorization: Bearer <client token>`; other schemes and operator tokens are left to the next class."""
 
     def authenticate(self, request: Request) -> tuple[AbstractBaseUser, ClientToken] | None:
@@ -45,14 +62,17 @@ class BearerTokenAuthentication(BaseAuthentication):
             return None
         if not raw:
             raise AuthenticationFailed("Send 'Authorization: Bearer <token>' with a client token after the scheme.")
+        if raw.startswith(RUNTIME_TOKEN_PREFIX):
+            # A runtime connector's token posts its project's snapshots (access.runtime_api) and nothing else.
+            record_refused_token(request.path, outcome="runtime token refused outside runtime-snapshots")
+            raise AuthenticationFailed(
+                "A runtime connector token only posts runtime snapshots to /api/projects/<slug>/runtime-snapshots; "
+                "use a client or operator token here."
+            )
         token = authenticate_bearer(raw, request.path)
         if token is None:
             raise AuthenticationFailed("This token is unknown, expired or revoked; ask an operator for a new one.")
         return token.owner, token
-
-    def authenticate_header(self, request: Request) -> str:
-        # Makes DRF answer 401 (not 403) to a request without credentials, with the scheme to use.
-        return f'Bearer realm="{REALM}"'
 
 
 def record_operator_api_refusal(*, path: str, username: str, credential: str, **_: object) -> None:
@@ -66,7 +86,4 @@ class ClientTokenScheme(OpenApiAuthenticationExtension):
     name = "clientToken"
 
     def get_security_definition(self, auto_schema) -> dict[str, str]:
-        return {
-            **build_bearer_security_scheme_object("Authorization", "Bearer", bearer_format=f"{CLIENT_TOKEN_PREFIX}..."),
-            "description": "A client token from the Forge console or 'manage.py create_token'.",
-        }
+        return bearer_scheme(CLIENT_TOKEN_PREFIX, "A client token from the Forge console or 'manage.py create_token'.")

@@ -38,6 +38,7 @@ class EventKind(models.TextChoices):
     REQUEST_REFUSED = "request_refused"  # an authenticated request refused whole before any of it ran
     OPERATOR_CREATED = "operator_created"
     AUDIT_EXPORTED = "audit_exported"  # an operator exported a range of the log from the console (or was refused)
+    RUNTIME_SNAPSHOT = "runtime_snapshot"  # a runtime connector posted a project's variable values (or was refused)
 
 
 class RowidKey(models.BigIntegerField):

@@ -1,11 +1,12 @@
 """Bearer tokens as values: how a raw token is minted, which digest is stored for it, and which kind it is.
 
-Forge has two kinds of bearer token, each in its own table: client tokens (`access.models.ClientToken`, raw
-value `fmcp_...`), which open MCP sessions, and operator tokens (`console.models.OperatorToken`, `fop_...`),
-which act as an operator on the operator API. Both are minted, stored and looked up the same way, here: the
-raw value is the kind's prefix and 256 random bits, shown once and never stored; the database keeps its
-SHA-256 digest and its first characters (to recognise it in a list). A presented value is looked up only in
-the table of the kind its prefix names (`presented_digest`), so one kind can never authenticate as the other
+Forge has three kinds of bearer token, each in its own table: client tokens (`access.models.ClientToken`, raw
+value `fmcp_...`), which open MCP sessions, operator tokens (`console.models.OperatorToken`, `fop_...`),
+which act as an operator on the operator API, and runtime connector tokens (`access.models.RuntimeToken`,
+`frt_...`), which only post their project's runtime snapshots. All are minted, stored and looked up the same
+way, here: the raw value is the kind's prefix and 256 random bits, shown once and never stored; the database
+keeps its SHA-256 digest and its first characters (to recognise it in a list). A presented value is looked up only in
+the table of the kind its prefix names (`presented_digest`), so one kind can never authenticate as another
 even before the lookup misses.
 """
 
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 
 CLIENT_TOKEN_PREFIX = "fmcp_"
 OPERATOR_TOKEN_PREFIX = "fop_"
+RUNTIME_TOKEN_PREFIX = "frt_"
 SHOWN_CHARS = 12  # the stored `prefix`: the kind's prefix and a few random characters, never enough to guess
 MAX_TOKEN_CHARS = 200  # a longer bearer value is refused before it is hashed
 

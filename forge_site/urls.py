@@ -39,4 +39,5 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/", include("console.urls")),
     path("api/", include("confirmations.urls")),
+    path("api/", include("access.urls")),  # runtime connectors' snapshots
 ]

@@ -15,6 +15,7 @@ from mcp_api.tools import projects  # noqa: F401
 from mcp_api.tools import drafts  # noqa: F401
 from mcp_api.tools import editor  # noqa: F401
 from mcp_api.tools import team  # noqa: F401
+from mcp_api.tools import monitor  # noqa: F401
 from mcp_api.tools.writes import register_write_tools
 
 # isort: on

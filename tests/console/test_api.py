@@ -559,6 +559,7 @@ AUDIT_PATHS = {
     "/api/audit/proof/inclusion",
     "/api/audit/proof/consistency",
 }
+RUNTIME_PATHS = {"/api/projects/{slug}/runtime-snapshots"}  # access.runtime_api, for runtime connectors
 
 
 @pytest.mark.parametrize(
@@ -573,7 +574,7 @@ def test_the_schema_is_openapi_listing_the_operator_and_audit_paths(cast, query,
     document = parse(response.content.decode())
     assert document["openapi"].startswith("3.")
     assert document["info"]["title"] == "Forge MCP API"
-    assert set(document["paths"]) == OPERATOR_PATHS | AUDIT_PATHS
+    assert set(document["paths"]) == OPERATOR_PATHS | AUDIT_PATHS | RUNTIME_PATHS
 
 
 def test_the_schema_documents_only_operator_credentials_on_the_operator_paths(cast):
