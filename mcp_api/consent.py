@@ -18,7 +18,7 @@ from audit.models import EventKind
 from audit.services import record
 from forge_core.errors import AuditUnavailable, Refusal
 from mcp_api import registry
-from mcp_api.jsonrpc import INTERNAL_ERROR, REFUSED, RpcError
+from mcp_api.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, REFUSED, RpcError
 from projects.models import Project
 
 if TYPE_CHECKING:
@@ -27,7 +27,13 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 RESOURCE_NOT_FOUND = -32002
-"""The specification's code for a resource that does not exist (2025-06-18, resources: error handling)."""
+"""The code for a resource that does not exist up to 2025-11-25 (resources: error handling); 2026-07-28 answers
+-32602 instead (SEP-2164: the code was in the range left to implementations)."""
+
+
+def resource_not_found(ctx: CallContext) -> int:
+    return INVALID_PARAMS if ctx.stateless else RESOURCE_NOT_FOUND
+
 
 SESSION_HANDLE_META_KEY = "dev.forge/sessionHandle"
 """Where a stateless (2026-07-28) client names its session handle in a request's `_meta`: these methods have no
@@ -99,7 +105,7 @@ def audited(
             code = INTERNAL_ERROR
         raise RpcError(code, f"{refusal.code}: {refusal.message}", refusal.structured()) from None
     except RpcError as exc:
-        _audit(ctx, method, arguments, "invalid_params" if exc.code != RESOURCE_NOT_FOUND else "not_found")
+        _audit(ctx, method, arguments, "not_found" if exc.data and "uri" in exc.data else "invalid_params")
         raise
     _audit(ctx, method, arguments, "ok")
     return value

@@ -18,7 +18,7 @@ from django.db import transaction
 
 from forge_core.errors import Refusal
 from mcp_api import registry
-from mcp_api.consent import RESOURCE_NOT_FOUND, audited, granted_project
+from mcp_api.consent import audited, granted_project, resource_not_found
 from mcp_api.jsonrpc import INVALID_PARAMS, RpcError
 from mcp_api.models import ResourceSubscription
 from projects import plcopen, reads, rights
@@ -104,9 +104,9 @@ def parse(uri: Any) -> ResourceUri | None:
     return ResourceUri(unquote(found.group("slug")), found.group("file"), unquote(pou) if pou else None)
 
 
-def _unknown(uri: Any) -> RpcError:
+def _unknown(ctx: CallContext, uri: Any) -> RpcError:
     return RpcError(
-        RESOURCE_NOT_FOUND,
+        resource_not_found(ctx),
         f"There is no resource {str(uri)[:200]!r}. Call resources/list and resources/templates/list for the "
         "addresses this server serves.",
         {"uri": str(uri)[:500]},
@@ -192,7 +192,7 @@ def resources_read(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
 
     def read() -> dict[str, Any]:
         if address is None:
-            raise _unknown(uri)
+            raise _unknown(ctx, uri)
         project = granted_project(ctx, address.slug, params)
         try:
             if address.pou is not None:
@@ -202,7 +202,7 @@ def resources_read(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
         except ProjectUnavailable as exc:
             raise Refusal("FORGE_ERR_NOT_FOUND", f"The project cannot be read now: {exc}.") from None
 
-    return {"contents": [audited(ctx, "resources/read", arguments, read, not_found=RESOURCE_NOT_FOUND)]}
+    return {"contents": [audited(ctx, "resources/read", arguments, read, not_found=resource_not_found(ctx))]}
 
 
 def _whole_file(project: Project, view: str) -> str:
@@ -256,13 +256,13 @@ def resources_subscribe(ctx: CallContext, params: dict[str, Any]) -> dict[str, A
         if uri == GUIDELINES_URI:
             return {}  # they change only with the server's version: nothing to announce
         if address is None:
-            raise _unknown(uri)
+            raise _unknown(ctx, uri)
         project = granted_project(ctx, address.slug, params)
         do_subscribe_resource(ctx, project, uri)
         return {}
 
     with transaction.atomic():  # the row commits with its audit row, or neither does
-        return audited(ctx, "resources/subscribe", arguments, subscribe, not_found=RESOURCE_NOT_FOUND)
+        return audited(ctx, "resources/subscribe", arguments, subscribe, not_found=resource_not_found(ctx))
 
 
 def do_subscribe_resource(ctx: CallContext, project: Project, uri: str) -> ResourceSubscription:

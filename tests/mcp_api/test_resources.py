@@ -13,7 +13,7 @@ from channels.db import database_sync_to_async
 from access.grants import do_decide_access, raise_request
 from access.models import AccessRequest, McpSession
 from audit.models import AuditEvent, EventKind
-from mcp_api.consent import RESOURCE_NOT_FOUND
+from mcp_api.consent import RESOURCE_NOT_FOUND, SESSION_HANDLE_META_KEY
 from mcp_api.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, REFUSED
 from mcp_api.models import ResourceSubscription
 from mcp_api.resources import MAX_SUBSCRIPTIONS_PER_SESSION, PAGE_SIZE
@@ -21,6 +21,8 @@ from projects.models import Project
 from projects.services import do_import_project, project_path
 from tests.mcp_api.helpers import (
     Response,
+    allow_project,
+    envelope,
     initialize_message,
     mcp_headers,
     open_session,
@@ -285,6 +287,39 @@ async def test_reading_while_mcp_is_off_is_refused_with_the_switchs_code(cast, s
     error = await error_of(cast.operator.raw_token, granted, "resources/read", {"uri": ACCEPTED})
 
     assert error["data"]["error"] == "FORGE_ERR_MCP_DISABLED"
+
+
+async def stateless_read(token: str, uri: str, handle: str | None) -> Response:
+    meta = envelope(**({SESSION_HANDLE_META_KEY: handle} if handle else {}))
+    return await send(
+        "POST",
+        "/mcp",
+        headers=stateless_headers(token, "resources/read", name=uri),
+        body=stateless_rpc("resources/read", {"uri": uri}, meta=meta),
+    )
+
+
+async def test_a_stateless_client_reads_with_the_session_handle_in_meta(cast, steps):
+    handle = await database_sync_to_async(allow_project)(cast.operator.raw_token, SLUG)
+
+    response = await stateless_read(cast.operator.raw_token, FLOW_TOTAL_BODY, handle)
+
+    assert response.status == 200, response.body
+    assert response.json()["result"]["contents"][0]["text"].startswith("(* The flow meter gives")
+
+
+async def test_a_stateless_read_without_a_session_handle_is_refused_with_what_to_do(cast, steps):
+    response = await stateless_read(cast.operator.raw_token, ACCEPTED, None)
+
+    error = response.json()["error"]
+    assert (error["code"], error["data"]["error"]) == (REFUSED, "FORGE_ERR_PROJECT_ACCESS_PENDING")
+    assert "session.request_access" in error["message"]
+
+
+async def test_a_stateless_read_of_an_unknown_address_is_invalid_params_as_2026_07_28_asks(cast):
+    response = await stateless_read(cast.operator.raw_token, "forge://nothing", None)
+
+    assert (response.status, response.error_code) == (400, INVALID_PARAMS)
 
 
 # --- subscriptions ------------------------------------------------------------------------------------------
