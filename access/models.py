@@ -21,11 +21,11 @@ from forge_core.live import BROADCAST_GROUP as BROADCAST_GROUP  # its home; the 
 
 
 class BearerToken(models.Model):
-    """What a client token and an operator token share (`forge_core.tokens` mints them): the stored digest
-    and first characters, never the raw value, and revocation. Abstract: each kind keeps its own table, so a
-    value of one kind is never looked up among the other's."""
+    """What every kind of bearer token shares (client, operator and runtime connector tokens; `forge_core.tokens`
+    mints them): the stored digest and first characters, never the raw value, and revocation. Abstract: each
+    kind keeps its own table, so a value of one kind is never looked up among another's."""
 
-    kind: ClassVar[str]  # "client" or "operator", as the audit log names it
+    kind: ClassVar[str]  # "client", "operator" or "runtime", as the audit log names it
     holder_field: ClassVar[str]  # the foreign key to the user the token acts for
 
     label = models.CharField(max_length=200, help_text="What the token is for, shown in the audit log.")
@@ -244,6 +244,11 @@ class RuntimeToken(BearerToken):
 
     def audit_identity(self) -> dict[str, Any]:
         return {**super().audit_identity(), "project": self.project.slug}
+
+    @property
+    def principal(self) -> str:
+        """Who posted a snapshot, as its audit row names it: the connector, never the operator who made it."""
+        return f"runtime:{self.pk}"
 
 
 class RuntimeValue(models.Model):

@@ -183,7 +183,9 @@ def do_record_snapshot(
                 updated.append(row)
             else:
                 older += 1
-        RuntimeValue.objects.bulk_create(created)
+        # Two snapshots naming a new variable at once (a connector's retry) must not end in an error: the
+        # first insert stands, as if the other had arrived a moment earlier.
+        RuntimeValue.objects.bulk_create(created, ignore_conflicts=True)
         RuntimeValue.objects.bulk_update(updated, ["value", "forced", "observed_at", "received_at", "token"])
         summary = {"stored": len(created) + len(updated), "older_than_stored": older}
         record(
@@ -197,7 +199,7 @@ def do_record_snapshot(
                 **summary,
             },
             outcome="stored",
-            called_by=token.label,
+            called_by=token.principal,
             client_label=token.label,
             project=project.slug,
         )
@@ -218,7 +220,7 @@ def record_snapshot_refusal(token: RuntimeToken, code: str) -> None:
             EventKind.RUNTIME_SNAPSHOT,
             arguments={**token.audit_identity(), "code": code},
             outcome=f"refused: {code}",
-            called_by=token.label,
+            called_by=token.principal,
             client_label=token.label,
             project=token.project.slug,
         )

@@ -119,8 +119,13 @@ def test_a_snapshot_is_audited_as_one_row_with_the_values_digest_not_the_values(
     [row] = snapshot_rows()
     arguments = json.loads(row.arguments_json)
     listed = [{"variable": n, "value": v, "forced": f} for n, v, f in values]
-    assert row.outcome == "stored"
-    assert row.project == "line-3"
+    token = RuntimeToken.objects.get(digest=token_digest(connector))
+    assert (row.outcome, row.project, row.called_by, row.client_label) == (
+        "stored",
+        "line-3",
+        f"runtime:{token.pk}",
+        "gateway-3",
+    )
     assert arguments["count"] == 2
     assert arguments["forced"] == 1
     assert arguments["values_sha256"] == hashlib.sha256(canonical_json(listed).encode()).hexdigest()
