@@ -105,6 +105,21 @@ class SnapshotBody(BaseModel):
         return values
 
 
+class ReportedValueDocument(serializers.Serializer):
+    """The OpenAPI description of one reported value (`ReportedValueBody` validates it)."""
+
+    variable = serializers.CharField(max_length=runtime.MAX_VARIABLE_CHARS, help_text="The name, without spaces.")
+    value = serializers.JSONField(help_text="A boolean, a number, or a text of at most 1000 characters.")
+    forced = serializers.BooleanField(help_text="Whether the runtime forces this variable now.")
+
+
+class SnapshotDocument(serializers.Serializer):
+    """The OpenAPI description of a snapshot's body (`SnapshotBody` validates it)."""
+
+    taken_at = serializers.DateTimeField(help_text="When the connector read the values, with its UTC offset.")
+    values = ReportedValueDocument(many=True, help_text=f"1 to {runtime.MAX_VALUES_PER_SNAPSHOT}, each variable once.")
+
+
 class SnapshotStored(serializers.Serializer):
     project = serializers.CharField()
     taken_at = serializers.CharField()
@@ -123,7 +138,7 @@ SEND = (
     summary="Post a runtime snapshot",
     description="Store the values a runtime connector read at `taken_at`, with `forced` per variable, as the latest "
     "value of each variable unless a newer snapshot already reported it. Audited as one row with the values' digest.",
-    request={"application/json": {"type": "object"}},
+    request=SnapshotDocument,
     responses={
         201: SnapshotStored,
         400: refusal("The body is not a snapshot, or taken_at is more than 5 minutes ahead of the server's clock."),
