@@ -169,7 +169,8 @@ def find_prompt(name: Any) -> Prompt:
 def prompts_get(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
     raw = params.get("arguments") or {}
     name = params.get("name")
-    audit_arguments = {"name": str(name)[:100], **(raw if isinstance(raw, dict) else {})}
+    given = list(raw.items())[:10] if isinstance(raw, dict) else []
+    audit_arguments = {"name": str(name)[:100], **{str(k)[:100]: str(v)[:500] for k, v in given}}
 
     def get() -> dict[str, Any]:
         prompt = find_prompt(name)

@@ -16,6 +16,7 @@ from urllib.parse import unquote
 
 from django.db import transaction
 
+from access import hotpath
 from forge_core.errors import Refusal
 from mcp_api import registry
 from mcp_api.consent import audited, granted_project, resource_not_found
@@ -133,7 +134,9 @@ def resources_list(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
     # Entry 0 is the guidelines; project k is entries 2k+1 (accepted) and 2k+2 (draft).
     first_project = max(0, (offset - 1) // 2)
     wanted = PAGE_SIZE // 2 + 2
-    projects = list(rights.visible_projects(ctx.token.owner)[first_project : first_project + wanted])
+    # While MCP is off no project is named, as project.list answers nothing then.
+    visible = rights.visible_projects(ctx.token.owner) if hotpath.mcp_enabled(ctx.token) else Project.objects.none()
+    projects = list(visible[first_project : first_project + wanted])
     entries = [] if offset > 0 else [_guidelines_entry()]
     for project in projects:
         accepted, draft = project_uris(project.slug)

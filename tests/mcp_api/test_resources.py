@@ -12,6 +12,7 @@ from channels.db import database_sync_to_async
 
 from access.grants import do_decide_access, raise_request
 from access.models import AccessRequest, McpSession
+from access.services import do_switch_mcp
 from audit.models import AuditEvent, EventKind
 from mcp_api.consent import RESOURCE_NOT_FOUND, SESSION_HANDLE_META_KEY
 from mcp_api.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, REFUSED
@@ -159,6 +160,15 @@ async def test_resources_list_names_no_project_the_principal_may_not_view(cast, 
     assert [r["uri"] for r in listing["resources"]] == ["forge://guidelines"]
 
 
+async def test_resources_list_names_no_project_while_mcp_is_off(cast, steps):
+    session_id = await open_session(cast.operator.raw_token)
+    await database_sync_to_async(do_switch_mcp)(False, acting_user="tests")
+
+    listing = await result_of(cast.operator.raw_token, session_id, "resources/list")
+
+    assert [r["uri"] for r in listing["resources"]] == ["forge://guidelines"]
+
+
 async def test_resources_list_pages_visit_every_resource_exactly_once(cast):
     await database_sync_to_async(
         lambda: Project.objects.bulk_create(
@@ -280,8 +290,6 @@ async def test_reading_an_address_this_server_does_not_serve_is_resource_not_fou
 
 
 async def test_reading_while_mcp_is_off_is_refused_with_the_switchs_code(cast, steps, granted, settings):
-    from access.services import do_switch_mcp
-
     await database_sync_to_async(do_switch_mcp)(False, acting_user="tests")
 
     error = await error_of(cast.operator.raw_token, granted, "resources/read", {"uri": ACCEPTED})
