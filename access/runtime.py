@@ -140,6 +140,20 @@ def do_record_snapshot(
                 status=400,
             ),
         )
+    try:
+        summary = _store_latest(token, project, taken_at, values, now)
+    except AuditUnavailable:
+        raise
+    except Refusal as refused:
+        # Audited after the transaction that refused it has rolled back, so the row stays.
+        raise snapshot_refused(token, refused) from None
+    return {"project": project.slug, "taken_at": taken_at.isoformat(), **summary}
+
+
+def _store_latest(
+    token: RuntimeToken, project: Project, taken_at: datetime, values: Sequence[ReportedValue], now: datetime
+) -> dict[str, int]:
+    """The values stored as their variables' latest, and the snapshot's audit row, in one transaction."""
     names = [v.variable for v in values]
     with transaction.atomic():
         stored = {
@@ -148,41 +162,30 @@ def do_record_snapshot(
         }
         new_names = len(names) - len(stored)
         if new_names and RuntimeValue.objects.filter(project=project).count() + new_names > MAX_VARIABLES_PER_PROJECT:
-            raise snapshot_refused(
-                token,
-                Refusal(
-                    "FORGE_ERR_RUNTIME_TOO_MANY_VARIABLES",
-                    f"Project {project.slug} would hold more than {MAX_VARIABLES_PER_PROJECT} monitored variables; "
-                    "post only the variables clients need to see.",
-                    status=409,
-                ),
+            raise Refusal(
+                "FORGE_ERR_RUNTIME_TOO_MANY_VARIABLES",
+                f"Project {project.slug} would hold more than {MAX_VARIABLES_PER_PROJECT} monitored variables; "
+                "post only the variables clients need to see.",
+                status=409,
             )
-        created, updated, older = [], [], 0
+        created: list[RuntimeValue] = []
+        updated: list[RuntimeValue] = []
+        older = 0
         for reported in values:
             row = stored.get(reported.variable)
             if row is None:
-                created.append(
-                    RuntimeValue(
-                        project=project,
-                        variable=reported.variable,
-                        value=reported.value,
-                        forced=reported.forced,
-                        observed_at=taken_at,
-                        received_at=now,
-                        token=token,
-                    )
-                )
+                row = RuntimeValue(project=project, variable=reported.variable)
+                created.append(row)
             elif row.observed_at <= taken_at:
-                row.value, row.forced, row.observed_at, row.received_at, row.token = (
-                    reported.value,
-                    reported.forced,
-                    taken_at,
-                    now,
-                    token,
-                )
                 updated.append(row)
             else:
                 older += 1
+                continue
+            row.value = reported.value
+            row.forced = reported.forced
+            row.observed_at = taken_at
+            row.received_at = now
+            row.token = token
         # Two snapshots naming a new variable at once (a connector's retry) must not end in an error: the
         # first insert stands, as if the other had arrived a moment earlier.
         RuntimeValue.objects.bulk_create(created, ignore_conflicts=True)
@@ -203,7 +206,7 @@ def do_record_snapshot(
             client_label=token.label,
             project=project.slug,
         )
-    return {"project": project.slug, "taken_at": taken_at.isoformat(), **summary}
+    return summary
 
 
 def snapshot_refused(token: RuntimeToken, refusal: Refusal) -> Refusal:

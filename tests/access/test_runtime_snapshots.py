@@ -314,6 +314,11 @@ def test_a_project_holds_a_bounded_number_of_variables(connector, monkeypatch):
 
     assert refused.status_code == 409
     assert refused.json()["code"] == "FORGE_ERR_RUNTIME_TOO_MANY_VARIABLES"
+    assert [row.outcome for row in snapshot_rows()] == [
+        "stored",
+        "refused: FORGE_ERR_RUNTIME_TOO_MANY_VARIABLES",
+        "stored",
+    ]
     assert known.status_code == 201
     assert set(stored()) == {"A", "B"}
 
