@@ -18,6 +18,7 @@ from mcp_api.consent import RESOURCE_NOT_FOUND, SESSION_HANDLE_META_KEY
 from mcp_api.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, REFUSED
 from mcp_api.models import ResourceSubscription
 from mcp_api.resources import MAX_SUBSCRIPTIONS_PER_SESSION, PAGE_SIZE
+from projects import drafts
 from projects.models import Project
 from projects.services import do_import_project, project_path
 from tests.mcp_api.helpers import (
@@ -384,6 +385,31 @@ async def test_a_change_to_a_subscribed_file_is_announced_on_the_sessions_stream
         "method": "notifications/resources/updated",
         "params": {"uri": ACCEPTED},
     }
+
+
+def begin_a_group(project: Project, owner: Any) -> None:
+    """Another session begins a change group: the working draft moves to its next revision."""
+    drafts.do_begin_group(
+        project,
+        session_id="another-session",
+        principal=owner,
+        client_label="another",
+        title="Elsewhere",
+        rationale="tests",
+        expected_revision=drafts.status(project)["working_revision"],
+    )
+
+
+async def test_a_change_to_the_draft_is_announced_to_its_subscribers(cast, steps, granted):
+    token = cast.operator.raw_token
+    await result_of(token, granted, "resources/subscribe", {"uri": DRAFT})
+    async with open_stream("GET", "/mcp", headers=mcp_headers(token, session_id=granted)) as stream:
+        await stream.first_chunk()
+        await database_sync_to_async(begin_a_group)(steps, cast.caretaker.user)
+
+        event = await stream.next_event()
+
+    assert event.json()["params"] == {"uri": DRAFT}
 
 
 # --- prompts ------------------------------------------------------------------------------------------------
