@@ -74,7 +74,8 @@ class RuntimeTokenOnly(BasePermission):
 
 WholeNumber = Annotated[StrictInt, Field(ge=-(2**63), le=2**64 - 1)]
 Number = Annotated[StrictFloat, Field(allow_inf_nan=False)]
-Text = Annotated[str, Field(max_length=runtime.MAX_TEXT_VALUE_CHARS)]
+# No NUL: PostgreSQL's JSON cannot hold one (and no connector has a reason to send it).
+Text = Annotated[str, Field(max_length=runtime.MAX_TEXT_VALUE_CHARS, pattern=r"^[^\x00]*$")]
 
 
 class ReportedValueBody(BaseModel):
@@ -83,7 +84,7 @@ class ReportedValueBody(BaseModel):
     variable: str = Field(
         min_length=1,
         max_length=runtime.MAX_VARIABLE_CHARS,
-        pattern=r"^\S+$",
+        pattern=r"^[^\s\x00-\x1f\x7f]+$",
         description="The variable's name as the project names it (e.g. Main.MotorSpeed), without spaces.",
     )
     value: StrictBool | WholeNumber | Number | Text

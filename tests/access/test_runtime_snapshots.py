@@ -247,6 +247,14 @@ def test_a_runtime_token_is_refused_by_the_audit_api(connector):
             {"taken_at": T0.isoformat(), "values": [{"variable": "A" * 201, "value": 1, "forced": False}]},
             "values.0.variable",
         ),
+        (
+            {"taken_at": T0.isoformat(), "values": [{"variable": "A\u0000", "value": 1, "forced": False}]},
+            "values.0.variable",
+        ),
+        (
+            {"taken_at": T0.isoformat(), "values": [{"variable": "A", "value": "x\u0000", "forced": False}]},
+            "values.0.value",
+        ),
         ({**snapshot(("A", 1, False)), "pin": True}, "pin"),
         (snapshot(("A", 1, False), ("A", 2, False)), "values"),
         ([1, 2], "the body"),
@@ -262,6 +270,8 @@ def test_a_runtime_token_is_refused_by_the_audit_api(connector):
         "value-too-large",
         "text-too-long",
         "name-too-long",
+        "nul-in-name",
+        "nul-in-text",
         "unknown-field",
         "variable-twice",
         "not-an-object",
@@ -275,6 +285,16 @@ def test_a_body_that_is_not_a_snapshot_is_a_400_naming_the_field(connector, body
     assert response.json()["code"] == "FORGE_ERR_BAD_PARAMETER"
     assert named in response.json()["detail"]
     assert [row.outcome for row in snapshot_rows()] == ["refused: FORGE_ERR_BAD_PARAMETER"]
+    assert stored() == {}
+
+
+def test_a_lone_surrogate_in_a_value_is_a_400(connector):
+    raw = f'{{"taken_at": "{T0.isoformat()}", "values": [{{"variable": "A", "value": "\\ud800", "forced": false}}]}}'
+
+    response = bearer(connector).generic("POST", url("line-3"), raw.encode(), content_type="application/json")
+
+    assert response.status_code == 400
+    assert "values.0.value" in response.json()["detail"]
     assert stored() == {}
 
 
