@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from access import hotpath
 from mcp_api import prompts, resources
-from mcp_api.consent import MCP_OFF, audited, granted_project
+from mcp_api.consent import MCP_OFF, audited, granted_project, project_read
 from mcp_api.jsonrpc import INVALID_PARAMS, RpcError
 from projects import plcopen, reads, rights
 
@@ -85,7 +85,7 @@ def _projects(ctx: CallContext, prefix: str) -> dict[str, Any]:
 
 def _names_in(ctx: CallContext, project: Any, kind: str, prefix: str, pou: str | None) -> dict[str, Any]:
     """Names of one kind in the accepted project that start with the prefix (case-insensitive, as IEC names)."""
-    found = reads.find(project, kind=KIND_OF[kind], text=prefix or None, limit=plcopen.MAX_LIMIT)
+    found = project_read(reads.find, project, kind=KIND_OF[kind], text=prefix or None, limit=plcopen.MAX_LIMIT)
     scope = f"pou/{pou}/".lower() if kind == "variable" and pou else None
     wanted = prefix.lower()
     names: list[str] = []

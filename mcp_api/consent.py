@@ -20,6 +20,7 @@ from forge_core.errors import AuditUnavailable, Refusal
 from mcp_api import registry
 from mcp_api.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, REFUSED, RpcError
 from projects.models import Project
+from projects.services import ProjectUnavailable
 
 if TYPE_CHECKING:
     from mcp_api.protocol import CallContext
@@ -83,6 +84,14 @@ def granted_project(ctx: CallContext, slug: str, params: dict[str, Any]) -> Proj
     arguments = ContentArguments(project=slug[:100], session_handle=handle_of(params))
     registry.admit(_PROJECT_CONTENT, ctx, arguments)
     return ctx.project
+
+
+def project_read(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run a read of a project's content; a file that cannot be read now is not found, as the read tools say."""
+    try:
+        return call(*args, **kwargs)
+    except ProjectUnavailable as exc:
+        raise Refusal("FORGE_ERR_NOT_FOUND", f"The project cannot be read now: {exc}.") from None
 
 
 def audited(

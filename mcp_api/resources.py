@@ -19,12 +19,11 @@ from django.db import transaction
 from access import hotpath
 from forge_core.errors import Refusal
 from mcp_api import registry
-from mcp_api.consent import audited, granted_project, resource_not_found
+from mcp_api.consent import audited, granted_project, project_read, resource_not_found
 from mcp_api.jsonrpc import INVALID_PARAMS, RpcError
 from mcp_api.models import ResourceSubscription
 from projects import plcopen, reads, rights
 from projects.models import Project
-from projects.services import ProjectUnavailable
 
 if TYPE_CHECKING:
     from mcp_api.protocol import CallContext
@@ -87,6 +86,9 @@ _PROJECT_URI = re.compile(
 )
 
 
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f/]")
+
+
 @dataclass(frozen=True)
 class ResourceUri:
     """A project resource's address, parsed: the project's slug, and the file or the POU it names."""
@@ -101,8 +103,10 @@ def parse(uri: Any) -> ResourceUri | None:
     found = _PROJECT_URI.fullmatch(uri) if isinstance(uri, str) and len(uri) <= 500 else None
     if found is None:
         return None
-    pou = found.group("pou")
-    return ResourceUri(unquote(found.group("slug")), found.group("file"), unquote(pou) if pou else None)
+    slug, pou = unquote(found.group("slug")), unquote(found.group("pou") or "")
+    if _UNSAFE.search(slug + pou):
+        return None  # a control character (%00 and the like) names nothing, and no database may be asked for it
+    return ResourceUri(slug, found.group("file"), pou or None)
 
 
 def _unknown(ctx: CallContext, uri: Any) -> RpcError:
@@ -197,13 +201,10 @@ def resources_read(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
         if address is None:
             raise _unknown(ctx, uri)
         project = granted_project(ctx, address.slug, params)
-        try:
-            if address.pou is not None:
-                return {"uri": uri, "mimeType": "text/plain", "text": _pou_body(project, address.pou)}
-            view = reads.WORKING_DRAFT if address.file == "draft" else reads.ACCEPTED
-            return {"uri": uri, "mimeType": "application/xml", "text": _whole_file(project, view)}
-        except ProjectUnavailable as exc:
-            raise Refusal("FORGE_ERR_NOT_FOUND", f"The project cannot be read now: {exc}.") from None
+        if address.pou is not None:
+            return {"uri": uri, "mimeType": "text/plain", "text": project_read(_pou_body, project, address.pou)}
+        view = reads.WORKING_DRAFT if address.file == "draft" else reads.ACCEPTED
+        return {"uri": uri, "mimeType": "application/xml", "text": project_read(_whole_file, project, view)}
 
     return {"contents": [audited(ctx, "resources/read", arguments, read, not_found=resource_not_found(ctx))]}
 
@@ -227,7 +228,7 @@ def _pou_body(project: Project, pou: str) -> str:
     while True:
         try:
             element = reads.get_element(project, f"pou/{pou}", body_limit=plcopen.MAX_BODY_LIMIT, cursor=cursor)
-        except plcopen.ElementNotFound:
+        except (plcopen.ElementNotFound, ValueError):
             raise Refusal(
                 "FORGE_ERR_NOT_FOUND",
                 f"{project.slug} has no POU {pou!r}. Complete the pou variable (completion/complete) or call "

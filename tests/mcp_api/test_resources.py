@@ -560,3 +560,57 @@ async def test_completing_with_an_unknown_reference_is_invalid_params(cast):
     )
 
     assert error["code"] == INVALID_PARAMS
+
+
+# --- hostile parameters -------------------------------------------------------------------------------------
+
+HOSTILE = [
+    ("resources/read", {"uri": ["forge://guidelines"]}),
+    ("resources/read", {"uri": "forge://projects/st%00eps/accepted.xml"}),
+    ("resources/read", {"uri": f"forge://projects/{SLUG}/pous/Flow%00Total/body.st"}),
+    ("resources/read", {"uri": f"forge://projects/{SLUG}/pous/a%2F..%2Fb/body.st"}),
+    ("resources/read", {"uri": "forge://projects/" + "x" * 5000 + "/accepted.xml"}),
+    ("resources/subscribe", {"uri": None}),
+    ("resources/list", {"cursor": {"offset": 1}}),
+    ("prompts/get", {"name": {"a": 1}, "arguments": [1, 2]}),
+    ("prompts/get", {"name": "fix_findings", "arguments": {"project": SLUG, "pou": 7}}),
+    ("completion/complete", {"ref": "ref/prompt", "argument": {"name": "project", "value": ""}}),
+    ("completion/complete", {"ref": {"type": "ref/prompt", "name": None}, "argument": {"name": "pou"}}),
+    (
+        "completion/complete",
+        {"ref": {"type": "ref/prompt", "name": "fix_findings"}, "argument": {"name": "pou", "value": "x" * 201}},
+    ),
+    (
+        "completion/complete",
+        {
+            "ref": {"type": "ref/prompt", "name": "fix_findings"},
+            "argument": {"name": "pou", "value": ""},
+            "context": {"arguments": {"project": "st%00eps", "pou": ["x"]}},
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize(("method", "params"), HOSTILE)
+async def test_hostile_parameters_are_refused_by_the_client_error_codes_never_an_internal_error(
+    cast, steps, granted, method, params
+):
+    response = await ask(cast.operator.raw_token, granted, method, params)
+
+    assert response.status == 200, response.body
+    assert response.json()["error"]["code"] in (INVALID_PARAMS, RESOURCE_NOT_FOUND, REFUSED)
+
+
+async def test_a_project_whose_file_is_gone_is_not_found_for_a_read_and_a_completion(cast, steps, granted):
+    await database_sync_to_async(lambda: project_path(steps).unlink())()
+
+    read = await error_of(cast.operator.raw_token, granted, "resources/read", {"uri": ACCEPTED})
+    completed = await error_of(
+        cast.operator.raw_token,
+        granted,
+        "completion/complete",
+        {"ref": prompt_ref(), "argument": {"name": "pou", "value": ""}, "context": {"arguments": {"project": SLUG}}},
+    )
+
+    assert read["code"] == RESOURCE_NOT_FOUND and read["data"]["error"] == "FORGE_ERR_NOT_FOUND"
+    assert completed["data"]["error"] == "FORGE_ERR_NOT_FOUND"
