@@ -10,15 +10,18 @@ these methods, answered or refused, is one audit row, as a tool call is: its `to
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from django.db import transaction
 
 from access import hotpath
 from audit.models import EventKind
 from audit.services import record
 from forge_core.errors import AuditUnavailable, Refusal
 from mcp_api import registry
-from mcp_api.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, REFUSED, RpcError
+from mcp_api.jsonrpc import INVALID_PARAMS, REFUSED, RpcError
 from projects.models import Project
 from projects.services import ProjectUnavailable
 
@@ -101,22 +104,33 @@ def audited(
     run: Callable[[], T],
     *,
     not_found: int = REFUSED,
+    changes: bool = False,
 ) -> T:
     """Run one call of `method` and write its audit row (outcome `ok`, or the refusal's code); a refusal
-    becomes the JSON-RPC error the client acts on (`not_found` is the code of FORGE_ERR_NOT_FOUND)."""
+    becomes the JSON-RPC error the client acts on (`not_found` is the code of FORGE_ERR_NOT_FOUND).
+
+    A call that `changes` something commits it with its audit row, or neither; what it stored before a
+    refusal (the access request the gate raised) commits with the refusal's row, as a tool call's does. The
+    error is raised only once that transaction has closed."""
     ctx.start_call()
-    try:
-        value = run()
-    except Refusal as refusal:
-        _audit(ctx, method, arguments, refusal.code)
-        code = not_found if refusal.code == "FORGE_ERR_NOT_FOUND" else REFUSED
-        if isinstance(refusal, AuditUnavailable):
-            code = INTERNAL_ERROR
-        raise RpcError(code, f"{refusal.code}: {refusal.message}", refusal.structured()) from None
-    except RpcError as exc:
-        _audit(ctx, method, arguments, "not_found" if exc.data and "uri" in exc.data else "invalid_params")
-        raise
-    _audit(ctx, method, arguments, "ok")
+    failure: RpcError | None = None
+    with transaction.atomic() if changes else contextlib.nullcontext():
+        try:
+            value, outcome = run(), "ok"
+        except AuditUnavailable:
+            raise  # the transaction is lost: nothing the call did may stay
+        except Refusal as refusal:
+            code = not_found if refusal.code == "FORGE_ERR_NOT_FOUND" else REFUSED
+            failure = RpcError(code, f"{refusal.code}: {refusal.message}", refusal.structured())
+            outcome = refusal.code
+        except RpcError as exc:
+            failure, outcome = (
+                exc,
+                "not_found" if isinstance(exc.data, dict) and "uri" in exc.data else "invalid_params",
+            )
+        _audit(ctx, method, arguments, outcome)
+    if failure is not None:
+        raise failure
     return value
 
 

@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from django.db import transaction
-
 from access import hotpath
 from forge_core.errors import Refusal
 from mcp_api import registry
@@ -265,8 +263,7 @@ def resources_subscribe(ctx: CallContext, params: dict[str, Any]) -> dict[str, A
         do_subscribe_resource(ctx, project, uri)
         return {}
 
-    with transaction.atomic():  # the row commits with its audit row, or neither does
-        return audited(ctx, "resources/subscribe", arguments, subscribe, not_found=resource_not_found(ctx))
+    return audited(ctx, "resources/subscribe", arguments, subscribe, not_found=resource_not_found(ctx), changes=True)
 
 
 def do_subscribe_resource(ctx: CallContext, project: Project, uri: str) -> ResourceSubscription:
@@ -297,5 +294,4 @@ def resources_unsubscribe(ctx: CallContext, params: dict[str, Any]) -> dict[str,
         ResourceSubscription.objects.filter(session=ctx.session, uri=uri).delete()
         return {}
 
-    with transaction.atomic():
-        return audited(ctx, "resources/unsubscribe", arguments, unsubscribe)
+    return audited(ctx, "resources/unsubscribe", arguments, unsubscribe, changes=True)

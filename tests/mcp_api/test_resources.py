@@ -352,6 +352,8 @@ async def test_subscribing_without_a_grant_is_refused_and_stores_nothing(cast, s
 
     assert error["data"]["error"] == "FORGE_ERR_PROJECT_ACCESS_PENDING"
     assert await subscriptions() == []
+    assert await audit_rows("resources/subscribe") == [("FORGE_ERR_PROJECT_ACCESS_PENDING", SLUG)]
+    assert await database_sync_to_async(AccessRequest.objects.filter(session_id=session_id).count)() == 1
 
 
 async def test_a_session_holds_a_bounded_number_of_subscriptions(cast, steps, granted):
