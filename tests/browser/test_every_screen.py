@@ -52,7 +52,7 @@ THEMES = ["light", "dark"]
 """What the admin's theme toggle holds (admin/js/theme.js keeps it in localStorage)."""
 NO_PICTURE = {"mcp-api-moved", "record-confirmations-pendingconfirmation"}
 """Screens that show what another screen's picture shows already (the access app's page, the confirmation page)."""
-SHOWN_DARK = {"dashboard", "draft-review", "pending-confirmation", "list-audit-auditevent", "caretaker"}
+SHOWN_DARK = {"dashboard", "draft-review", "pending-confirmation"}
 """The screens whose dark picture is kept beside the light one."""
 PEER_ACTIVE, PEER_REVOKED, PEER_ENROLLING = "carol@team", "alice@team", "bob@team"
 
