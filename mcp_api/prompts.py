@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mcp_api import registry
+from mcp_api import resources
 from mcp_api.consent import audited, granted_project
 from mcp_api.jsonrpc import INVALID_PARAMS, RpcError
 
@@ -150,7 +150,7 @@ PROMPTS: dict[str, Prompt] = {
 
 
 def prompts_list(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
-    registry.decode_cursor(params.get("cursor"))  # one page holds them all; a cursor must still be one
+    resources.page_offset(params.get("cursor"), "prompts/list")  # one page holds them all; a cursor must be one
     page: dict[str, Any] = {"prompts": [prompt.descriptor() for prompt in PROMPTS.values()]}
     if ctx.stateless:
         page.update({"ttlMs": 0, "cacheScope": "private"})

@@ -132,7 +132,7 @@ def project_uris(slug: str) -> tuple[str, str]:
 
 def resources_list(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
     """The guidelines, then each visible project's accepted file and draft, in slug order, a page at a time."""
-    offset = _offset(params.get("cursor"), "resources/list")
+    offset = page_offset(params.get("cursor"), "resources/list")
     # Entry 0 is the guidelines; project k is entries 2k+1 (accepted) and 2k+2 (draft).
     first_project = max(0, (offset - 1) // 2)
     wanted = PAGE_SIZE // 2 + 2
@@ -155,7 +155,7 @@ def resources_list(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def templates_list(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
-    _offset(params.get("cursor"), "resources/templates/list")
+    page_offset(params.get("cursor"), "resources/templates/list")
     return _cacheable(ctx, {"resourceTemplates": [dict(template) for template in TEMPLATES]})
 
 
@@ -165,7 +165,8 @@ def _cacheable(ctx: CallContext, page: dict[str, Any]) -> dict[str, Any]:
     return page
 
 
-def _offset(cursor: Any, method: str) -> int:
+def page_offset(cursor: Any, method: str) -> int:
+    """Where a page of a list method starts: a cursor this server gave, or -32602 naming the method."""
     try:
         return registry.decode_cursor(cursor)
     except RpcError:

@@ -574,6 +574,8 @@ HOSTILE = [
     ("resources/read", {"uri": "forge://projects/" + "x" * 5000 + "/accepted.xml"}),
     ("resources/subscribe", {"uri": None}),
     ("resources/list", {"cursor": {"offset": 1}}),
+    ("resources/templates/list", {"cursor": "zz"}),
+    ("prompts/list", {"cursor": "zz"}),
     ("prompts/get", {"name": {"a": 1}, "arguments": [1, 2]}),
     ("prompts/get", {"name": "fix_findings", "arguments": {"project": SLUG, "pou": 7}}),
     ("completion/complete", {"ref": "ref/prompt", "argument": {"name": "project", "value": ""}}),
