@@ -50,8 +50,16 @@ LIVE_MS = 2_000
 SIZES = [(1366, 768), (1920, 1080)]
 THEMES = ["light", "dark"]
 """What the admin's theme toggle holds (admin/js/theme.js keeps it in localStorage)."""
-NO_PICTURE = {"mcp-api-moved", "record-confirmations-pendingconfirmation"}
-"""Screens that show what another screen's picture shows already (the access app's page, the confirmation page)."""
+NO_PICTURE = {
+    "mcp-api-moved",
+    "record-confirmations-pendingconfirmation",
+    "client-token-revoke",
+    "operator-token-revoke",
+    "runtime-token-revoke",
+    *(f"app-{label}" for label in ("audit", "confirmations", "console", "projects")),
+}
+"""Screens that show what another screen's picture shows already (the confirmation page, the page that asks
+before denying an access request, the access app's page)."""
 SHOWN_DARK = {"dashboard", "draft-review", "pending-confirmation"}
 """The screens whose dark picture is kept beside the light one."""
 PEER_ACTIVE, PEER_REVOKED, PEER_ENROLLING = "carol@team", "alice@team", "bob@team"
@@ -160,6 +168,8 @@ PURPOSE_BUILT = [
     Screen("client-token-add", "/console/access/clienttoken/add/"),
     Screen("client-token-created", steps=create_client_token),
     Screen("client-token-revoke", steps=followed("/console/access/clienttoken/", REVOKE)),
+    Screen("runtime-token-add", "/console/access/runtimetoken/add/"),
+    Screen("runtime-token-revoke", steps=followed("/console/access/runtimetoken/", REVOKE)),
     Screen("operator-token-add", "/console/console/operatortoken/add/"),
     Screen("operator-token-revoke", steps=followed("/console/console/operatortoken/", REVOKE)),
     Screen("project-import", "/console/projects/project/import/"),
@@ -209,8 +219,8 @@ class Deployment:
 @pytest.fixture(scope="module")
 def deployment(console: ConsoleServer) -> Deployment:
     """test_layout's deployment, with a row of every model the console's screens show: a pending confirmation
-    and an approved one (its contract), an operator token, a client principal, a checkpoint of the log, a
-    request waiting, a caretaker with a team CA and peers, and an administrator."""
+    and an approved one (its contract), an operator token, a runtime token, a client principal, a checkpoint of
+    the log, a request waiting, a caretaker with a team CA and peers, and an administrator."""
     server = console.server
     administrator = ConsoleServer(server=server, operator=ADMINISTRATOR, password=f"{ADMINISTRATOR}-password-123")
     server.manage("shell", "-c", SUPERUSER.format(name=administrator.operator, password=administrator.password))
@@ -218,6 +228,7 @@ def deployment(console: ConsoleServer) -> Deployment:
     approved = propose_a_write(allowed_client(console), "EveryScreenApproved").strip("/").rsplit("/", 1)[-1]
     server.manage("create_operator_token", OPERATOR, "--label", "deploy-script")
     server.manage("create_token", "--user", CLIENT_OWNER, "--create-user", "--label", CLIENT_LABEL)  # a principal
+    server.manage("runtime_token", "create", SLUG, "--operator", OPERATOR, "--label", "line-3-plc")
     server.manage("audit_checkpoint")
     names = {
         "OPERATOR": OPERATOR,
