@@ -130,6 +130,9 @@ class TokenAdmin(DecidedOnRecords, ReadOnlyModelAdmin):
     decisions_column = "revoke"
     actions = ["revoke_selected"]
 
+    class Media:
+        css = {"all": ("console/identities.css",)}  # the rows' Revoke… buttons are red, as on the record's page
+
     def create(self, request: HttpRequest, form: forms.Form) -> tuple[BearerToken, str]:
         raise NotImplementedError
 
@@ -354,7 +357,8 @@ class RuntimeTokenAdmin(TokenAdmin):
 
     form_class = RuntimeTokenForm
     holder_label = "Made by"
-    list_display = ("label", "bound_to", "created_by", "prefix", "standing", "created", "last_used")
+    # No prefix column: with it the revoke buttons were cut off at 1366 px; the search finds a token by it.
+    list_display = ("label", "bound_to", "made_by", "standing", "created", "last_used")
     list_filter = ("revoked_at", "project")
     list_select_related = ("project", "created_by")
     search_fields = ("label", "prefix", "project__slug", "created_by__username")
@@ -364,6 +368,10 @@ class RuntimeTokenAdmin(TokenAdmin):
     @admin.display(description="project", ordering="project__slug")
     def bound_to(self, token: RuntimeToken) -> str:
         return token.project.slug
+
+    @admin.display(description="made by", ordering="created_by__username")
+    def made_by(self, token: RuntimeToken) -> str:
+        return token.created_by.get_username()
 
     def token_form(self, request: HttpRequest, initial: dict[str, Any]) -> forms.Form:
         return RuntimeTokenForm(request.POST or None, initial=initial, user=request.user)

@@ -58,9 +58,17 @@ def test_the_list_shows_each_token_with_its_project_maker_standing_and_last_use(
     page = operator.get(RUNTIME_TOKENS).content.decode()
 
     row = row_of(page, "gateway-3")
-    assert ">line-3<" in row and ">olivia<" in row and f">{gateway.prefix}<" in row
+    assert ">line-3<" in row and ">olivia<" in row
     assert "active" in row and "never" in row
     assert f'class="button danger" href="{RUNTIME_TOKENS}{gateway.pk}/revoke/?next=' in row
+
+
+def test_the_list_finds_a_token_by_its_first_characters(cast, operator, line, gateway):
+    do_create_runtime_token(line, "gateway-4", created_by=cast.operator.user, acting_user="tests")
+
+    page = operator.get(RUNTIME_TOKENS, {"q": gateway.prefix}).content.decode()
+
+    assert ">gateway-3</a>" in page and ">gateway-4</a>" not in page
 
 
 def test_the_side_menu_lists_runtime_tokens_beside_client_tokens(operator):
@@ -202,3 +210,10 @@ def test_a_runtime_token_page_has_no_save_button_no_digest_and_a_revoke_button(o
     assert gateway.digest not in page
     assert 'id="decide-revoke"' in page
     assert gateway.prefix in page and "line-3" in page
+
+
+@pytest.mark.parametrize("tokens", ["/console/access/clienttoken/", "/console/console/operatortoken/", RUNTIME_TOKENS])
+def test_every_token_list_loads_the_style_that_makes_its_revoke_buttons_red(operator, tokens):
+    page = operator.get(tokens).content.decode()
+
+    assert re.search(r'<link href="/static/console/identities\.css[^"]*" media="all" rel="stylesheet">', page)
