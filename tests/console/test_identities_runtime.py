@@ -217,3 +217,31 @@ def test_every_token_list_loads_the_style_that_makes_its_revoke_buttons_red(oper
     page = operator.get(tokens).content.decode()
 
     assert re.search(r'<link href="/static/console/identities\.css[^"]*" media="all" rel="stylesheet">', page)
+
+
+NO_SUCH_PROJECT = "There is no such project; pick one of those offered."
+
+
+@pytest.mark.parametrize(
+    ("project", "said"),
+    [
+        ("987654", NO_SUCH_PROJECT),
+        (str(10**25), NO_SUCH_PROJECT),
+        ("line-3", NO_SUCH_PROJECT),
+        ("1.5", NO_SUCH_PROJECT),
+        ("-1", NO_SUCH_PROJECT),
+        ("\x00", "Null characters are not allowed."),
+    ],
+)
+def test_a_runtime_token_for_no_such_project_is_refused_with_what_to_do(operator, line, project, said):
+    answer = operator.post(f"{RUNTIME_TOKENS}add/", {"label": "gateway", "project": project})
+
+    assert answer.status_code == 200
+    assert said in answer.content.decode()
+    assert not RuntimeToken.objects.exists()
+
+
+@pytest.mark.parametrize("token_id", [987654, 10**25])
+def test_revoking_an_unknown_or_impossible_runtime_token_id_is_404(operator, token_id):
+    assert operator.get(f"{RUNTIME_TOKENS}{token_id}/revoke/").status_code == 404
+    assert operator.post(f"{RUNTIME_TOKENS}{token_id}/revoke/").status_code == 404
