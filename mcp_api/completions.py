@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from access import hotpath
 from mcp_api import prompts, resources
-from mcp_api.consent import MCP_OFF, audited, granted_project, project_read
+from mcp_api.consent import audited, granted_project, project_read, switched_off
 from mcp_api.jsonrpc import INVALID_PARAMS, RpcError
 from projects import plcopen, reads, rights
 
@@ -48,7 +48,7 @@ def complete(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
         if names is None:
             return _values([], has_more=False)
         if not hotpath.mcp_enabled(ctx.token):
-            raise MCP_OFF
+            raise switched_off()
         if names == "project":
             return _projects(ctx, value)
         slug = known.get("project") or known.get("slug")

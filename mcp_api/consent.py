@@ -51,6 +51,12 @@ MCP_OFF = Refusal(
 )
 
 
+def switched_off() -> Refusal:
+    """The switch's refusal to raise: a fresh one each time, since a raised exception keeps its traceback, and
+    with it every frame of the request (the module's one instance would hold them for the process's life)."""
+    return Refusal(MCP_OFF.code, MCP_OFF.message)
+
+
 class ContentArguments(registry.Arguments):
     """What the gate resolves: the project a method names, and a stateless client's session handle."""
 
@@ -83,7 +89,7 @@ def granted_project(ctx: CallContext, slug: str, params: dict[str, Any]) -> Proj
     """The project, when MCP is on, the principal may view it and this session holds an allowed grant on it;
     otherwise the read tools' refusal (raising the access request on the first attempt, as they do)."""
     if not hotpath.mcp_enabled(ctx.token):
-        raise MCP_OFF
+        raise switched_off()
     arguments = ContentArguments(project=slug[:100], session_handle=handle_of(params))
     registry.admit(_PROJECT_CONTENT, ctx, arguments)
     return ctx.project

@@ -14,7 +14,7 @@ from access.grants import do_decide_access, raise_request
 from access.models import AccessRequest, McpSession
 from access.services import do_switch_mcp
 from audit.models import AuditEvent, EventKind
-from mcp_api.consent import RESOURCE_NOT_FOUND, SESSION_HANDLE_META_KEY
+from mcp_api.consent import MCP_OFF, RESOURCE_NOT_FOUND, SESSION_HANDLE_META_KEY
 from mcp_api.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, REFUSED
 from mcp_api.models import ResourceSubscription
 from mcp_api.resources import MAX_SUBSCRIPTIONS_PER_SESSION, PAGE_SIZE
@@ -296,6 +296,8 @@ async def test_reading_while_mcp_is_off_is_refused_with_the_switchs_code(cast, s
     error = await error_of(cast.operator.raw_token, granted, "resources/read", {"uri": ACCEPTED})
 
     assert error["data"]["error"] == "FORGE_ERR_MCP_DISABLED"
+    # The module's one refusal was not raised: a raised exception would keep this request's frames alive.
+    assert MCP_OFF.__traceback__ is None
 
 
 async def stateless_read(token: str, uri: str, handle: str | None) -> Response:
