@@ -33,7 +33,8 @@ from forge_core.tokens import RUNTIME_TOKEN_PREFIX
 
 WRONG_CREDENTIAL = (
     "This endpoint takes only a runtime connector token (frt_...), bound to the project; client and operator "
-    "credentials never post runtime values. An operator makes one with 'manage.py runtime_token create'."
+    "credentials never post runtime values. An operator makes one in the console (Runtime connector tokens) or with "
+    "'manage.py runtime_token create'."
 )
 
 

@@ -2,7 +2,7 @@
 
 A runtime connector's token, bound to one project: `create` prints the raw token once, alone on the last line
 (only its digest is kept); `revoke` refuses its next snapshot; `list` shows the tokens not revoked. Both
-changes go through `access.runtime`, which writes their audit rows, as the console's screen will.
+changes go through `access.runtime`, which writes their audit rows, as the console's runtime tokens screen does.
 """
 
 from __future__ import annotations
