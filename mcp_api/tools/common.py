@@ -8,20 +8,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from django.conf import settings
 from pydantic import Field
 
-from confirmations.models import ConfirmationState
 from forge_core.errors import Refusal
 from mcp_api.jsonrpc import INVALID_PARAMS, RpcError
 from mcp_api.registry import Arguments
+from mcp_api.results import console_url as console_url
+from mcp_api.results import outcome_result as outcome_result
 from projects import plcopen
 from projects.services import ProjectUnavailable
-
-
-def console_url(confirmation_id: Any) -> str:
-    """Where an operator decides a pending confirmation."""
-    return f"{settings.FORGE_PUBLIC_URL.rstrip('/')}/console/confirmations/{confirmation_id}/"
 
 
 class ProjectArguments(Arguments):
@@ -51,19 +46,3 @@ def read(call: Callable[..., dict[str, Any]], *args: Any, **kwargs: Any) -> dict
         ) from None
     except ValueError as exc:
         raise RpcError(INVALID_PARAMS, f"Invalid params: {exc}.") from None
-
-
-def outcome_result(outcome: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-    """An outcome (`confirmations.services.outcome_of`) as a tool result: (structured content, is_error)."""
-    answer = dict(outcome)
-    state = answer["state"]
-    if state == ConfirmationState.EXECUTED:
-        return answer, False
-    if state in (ConfirmationState.PENDING, ConfirmationState.APPROVED):
-        answer["message"] = (
-            "Still waiting for an operator's decision in the Forge console; ask again later."
-            if state == ConfirmationState.PENDING
-            else "Approved; the change is being carried out. Ask again in a moment."
-        )
-        return answer, False
-    return answer, True
