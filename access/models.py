@@ -117,6 +117,9 @@ class McpSession(models.Model):
     client_info = models.JSONField(default=dict, blank=True)
     initialized = models.BooleanField(default=False)
     context_generation = models.PositiveIntegerField(default=0)
+    # The least severe MCP log level (RFC 5424's name) the client asked for with logging/setLevel; empty until
+    # it asks, and then it hears no log messages. A column, not a stream's memory: any process may serve the call.
+    log_level = models.CharField(max_length=9, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     last_seen_at = models.DateTimeField(null=True, blank=True, editable=False, help_text="To the minute.")
     ended_at = models.DateTimeField(null=True, blank=True)

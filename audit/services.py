@@ -233,8 +233,13 @@ def record(
     session: str = "",
     client_label: str = "",
     project: str = "",
+    trace: Mapping[str, str] | None = None,
 ) -> AuditEvent:
     """Append one audit event; raises `AuditUnavailable` when it cannot, and returns only once it is committed.
+
+    `trace` is the W3C trace context the request carried (`mcp_api.tracing`, already validated and bounded):
+    kept as the arguments' `_meta` member after they are sanitized, so arguments large enough to be kept as
+    their digest do not lose it.
 
     Inside a transaction the row is appended in it, so it commits with what the caller changed or not at
     all. Outside one (a read-only tool call, a refusal) it is group-committed: rows that arrive together
@@ -245,7 +250,7 @@ def record(
         AuditEvent,
         kind=str(kind),
         tool=tool[:100],
-        arguments_json=canonical_json(sanitize(dict(arguments or {}), secret_keys=secret_keys)),
+        arguments_json=canonical_json(_with_trace(sanitize(dict(arguments or {}), secret_keys=secret_keys), trace)),
         outcome=outcome[:200],
         called_by=called_by[:200],
         session=session[:100],
@@ -256,6 +261,10 @@ def record(
         return _GROUP.append(event)
     _append_in_transaction([event])
     return event
+
+
+def _with_trace(sanitized: dict[str, Any], trace: Mapping[str, str] | None) -> dict[str, Any]:
+    return {**sanitized, "_meta": dict(trace)} if trace else sanitized
 
 
 def _append_in_transaction(events: list[AuditEvent]) -> None:

@@ -151,4 +151,5 @@ def _audit(ctx: CallContext, method: str, arguments: dict[str, Any], outcome: st
         session=ctx.session_id,
         client_label=ctx.token.label,
         project=project,
+        trace=ctx.trace,
     )

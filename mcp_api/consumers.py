@@ -49,6 +49,10 @@ def sse_event(data: str, *, event: str = "message", event_id: str | None = None)
     return ("\n".join(lines) + "\n\n").encode()
 
 
+def _events(messages: list[Any]) -> bytes:
+    return b"".join(sse_event(encode(message).decode()) for message in messages)
+
+
 def progress_notification(token: Any, progress: int) -> dict[str, Any]:
     return {
         "jsonrpc": "2.0",
@@ -200,6 +204,8 @@ class McpHttpConsumer(EventStreamConsumer):
             await layer.group_add(group, channel)
         headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers.items()]
         await self.send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS + headers})
+        if reply.notes:
+            await self.send_body(_events(reply.notes), more=True)
         disconnect = asyncio.ensure_future(self.wait_for_disconnect())
         received: list[asyncio.Future] = []
         try:
@@ -282,7 +288,7 @@ class McpHttpConsumer(EventStreamConsumer):
             return
         if reply.sse:
             await self.send({"type": "http.response.start", "status": reply.status, "headers": SSE_HEADERS + headers})
-            await self.send({"type": "http.response.body", "body": sse_event(encode(reply.body).decode())})
+            await self.send({"type": "http.response.body", "body": _events([*reply.notes, reply.body])})
             return
         if isinstance(reply.body, str):
             body, content_type = reply.body.encode(), b"text/plain; charset=utf-8"

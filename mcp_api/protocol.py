@@ -26,7 +26,8 @@ from access.models import ClientToken, McpSession
 from audit.models import EventKind
 from audit.services import record
 from forge_core.errors import AuditUnavailable, Refusal
-from mcp_api import completions, prompts, registry, resources
+from mcp_api import completions, prompts, registry, resources, tracing
+from mcp_api import logging as client_logging
 from mcp_api.consent import MCP_OFF
 from mcp_api.jsonrpc import INTERNAL_ERROR, METHOD_NOT_FOUND, RpcError, error, refusal_error, result
 from mcp_api.revisions import ALL_REVISIONS, SERVER_INFO_META_KEY, is_stateless
@@ -42,6 +43,7 @@ CAPABILITIES = {
     "resources": {"subscribe": True, "listChanged": False},
     "prompts": {"listChanged": False},
     "completions": {},
+    "logging": {},
 }
 """What the server offers at the handshake revisions from 2025-03-26 on."""
 
@@ -49,11 +51,12 @@ CAPABILITIES = {
 def capabilities(revision: str) -> dict[str, Any]:
     """The capabilities declared at a revision: `completions` came with 2025-03-26 (completion/complete itself
     answers at 2024-11-05, which declared nothing for it), and 2026-07-28 removed `resources/subscribe` (its
-    clients listen with subscriptions/listen)."""
+    clients listen with subscriptions/listen), and deprecated logging (`mcp_api.logging`)."""
     if revision == "2024-11-05":
         return {key: value for key, value in CAPABILITIES.items() if key != "completions"}
     if is_stateless(revision):
-        return {**CAPABILITIES, "resources": {"listChanged": False}}
+        offered = {key: value for key, value in CAPABILITIES.items() if key != "logging"}
+        return {**offered, "resources": {"listChanged": False}}
     return CAPABILITIES
 
 
@@ -72,6 +75,10 @@ class CallContext:
     target: Project | None = None  # the project a tool's arguments name, resolved by the registry
     audit_project: str = ""  # a project a tool reached without naming it: what the audit row names
     awaiting: str | None = None  # a confirmation the call created: the transport may wait for its decision
+    # The notifications/message the exchange's calls queued (`mcp_api.logging.emit`): the transport sends them
+    # before the answer, on the call's own event stream or the session's.
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    trace: dict[str, str] = field(default_factory=dict)  # the request's W3C trace context, for its audit row
 
     @property
     def stateless(self) -> bool:
@@ -156,17 +163,24 @@ def _tools_call(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
             called_by=ctx.called_by,
             session=ctx.session_id,
             client_label=ctx.token.label,
+            trace=ctx.trace,
         )
-        raise registry.unknown_tool(name)
+        unknown = registry.unknown_tool(name)
+        client_logging.tool_call_logged(ctx, str(name)[:100], "unknown_tool", unknown)
+        raise unknown
     raw_arguments = params.get("arguments")
+    client_logging.tool_call_started(ctx, tool.name, raw_arguments)
     try:
         arguments = tool.parse(raw_arguments)
-    except RpcError:
+    except RpcError as invalid:
         _audit_call(ctx, tool, raw_arguments if isinstance(raw_arguments, dict) else {}, "invalid_params")
+        client_logging.tool_call_logged(ctx, tool.name, "invalid_params", invalid)
         raise
     if not tool.when_off and not hotpath.mcp_enabled(ctx.token):
         _audit_call(ctx, tool, raw_arguments if isinstance(raw_arguments, dict) else {}, "mcp_disabled")
+        client_logging.tool_call_logged(ctx, tool.name, "mcp_disabled", MCP_OFF)
         return refused_result(MCP_OFF)
+    refused: Refusal | None = None
     try:
         # A tool that changes something commits with its audit row: if the row cannot be written, whatever the
         # handler changed is rolled back and the client is told nothing was done (fail closed). A read-only
@@ -181,16 +195,19 @@ def _tools_call(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
             except Refusal as refusal:
                 # A refusal is the call's answer: what the handler stored before it (a write call's pending
                 # confirmation) commits with the audit row.
-                answer, outcome = refused_result(refusal), refusal.code
+                answer, outcome, refused = refused_result(refusal), refusal.code, refusal
             _audit_call(ctx, tool, arguments.model_dump(mode="json"), outcome)
     except AuditUnavailable as unavailable:
-        answer = refused_result(unavailable)
+        ctx.awaiting = None  # a confirmation the call made was rolled back with it: there is nothing to wait for
+        answer, outcome, refused = refused_result(unavailable), unavailable.code, unavailable
     except Exception:
         # What the handler did is rolled back with its transaction, but the attempt stays on the record;
         # `respond` answers it as an internal error.
         with contextlib.suppress(AuditUnavailable):
             _audit_call(ctx, tool, arguments.model_dump(mode="json"), "internal_error")
+        client_logging.tool_call_logged(ctx, tool.name, "internal_error")
         raise
+    client_logging.tool_call_logged(ctx, tool.name, outcome, refused)
     return answer
 
 
@@ -206,6 +223,7 @@ def _audit_call(ctx: CallContext, tool: registry.Tool, arguments: dict[str, Any]
         session=ctx.session_id,
         client_label=ctx.token.label,
         project=project or str(arguments.get("project", ""))[:100],
+        trace=ctx.trace,
     )
 
 
@@ -248,6 +266,7 @@ METHODS: dict[str, Method] = {
     "prompts/list": Method(prompts.prompts_list),
     "prompts/get": Method(prompts.prompts_get),
     "completion/complete": Method(completions.complete),
+    "logging/setLevel": Method(client_logging.set_level, handshake_only=True),  # deprecated in 2026-07-28
 }
 
 
@@ -255,12 +274,14 @@ def respond(ctx: CallContext, message: dict[str, Any]) -> dict[str, Any]:
     """Answer one JSON-RPC request. Never raises: every failure becomes an error object."""
     request_id = message.get("id")
     method = METHODS.get(message["method"])
+    ctx.trace = tracing.trace_context(message.get("params"))
     try:
         if method is None or not method.offered_at(ctx):
             raise RpcError(
                 METHOD_NOT_FOUND,
                 f"Method {message['method'][:100]!r} is not offered at revision {ctx.revision}. "
-                "This server offers tools, resources, prompts and completions: call tools/list.",
+                "This server offers tools, resources, prompts, completions and (with sessions) logging: call "
+                "tools/list.",
             )
         value = method.handler(ctx, message.get("params") or {})
     except RpcError as exc:

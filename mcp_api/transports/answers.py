@@ -9,6 +9,7 @@ from typing import Any
 
 from django.conf import settings
 
+from access.models import session_group
 from confirmations.models import ConfirmationState, PendingConfirmation
 from confirmations.services import do_cancel_confirmations, expire_due, outcome_of
 from mcp_api import jsonrpc
@@ -23,7 +24,7 @@ def answer(exchange: Exchange, ctx: CallContext, message: dict[str, Any]) -> Rep
     status = 200
     if ctx.stateless and "error" in answered:
         status = ERROR_STATUS.get(answered["error"]["code"], 200)
-    sse = status == 200 and _wants_stream(exchange, message)
+    sse = status == 200 and _wants_stream(exchange, message, bool(ctx.messages))
     wait = None
     token = _progress_token(message)
     if ctx.awaiting and sse and token is not None and settings.FORGE_CONFIRM_WAIT_S > 0:
@@ -37,7 +38,11 @@ def answer(exchange: Exchange, ctx: CallContext, message: dict[str, Any]) -> Rep
             cancel_group=request_group(ctx.token, "" if ctx.stateless else ctx.session_id, message["id"]),
             principal=ctx.called_by,
         )
-    return Reply(status=status, body=answered, sse=sse, wait=wait)
+    if ctx.messages and not sse:
+        # The client takes JSON only: its log messages go to the session's stream (GET /mcp) instead.
+        deliver: list[tuple[str, Any]] = [(session_group(ctx.session_id), ctx.messages)] if ctx.session_id else []
+        return Reply(status=status, body=answered, deliver=deliver)
+    return Reply(status=status, body=answered, sse=sse, wait=wait, notes=ctx.messages)
 
 
 def cancel_wait(wait: WaitPlan) -> None:
@@ -53,11 +58,12 @@ def _progress_token(message: dict[str, Any]) -> Any:
     return meta.get("progressToken") if isinstance(meta, dict) else None
 
 
-def _wants_stream(exchange: Exchange, message: dict[str, Any]) -> bool:
-    """Answer as an SSE stream when the client asks for progress, or accepts nothing else."""
+def _wants_stream(exchange: Exchange, message: dict[str, Any], has_notes: bool = False) -> bool:
+    """Answer as an SSE stream when the client asks for progress, has log messages to hear before the answer
+    (they belong on the request's own stream), or accepts nothing else."""
     if not exchange.accepts(EVENT_STREAM):
         return False
-    return _progress_token(message) is not None or not exchange.accepts(JSON)
+    return has_notes or _progress_token(message) is not None or not exchange.accepts(JSON)
 
 
 def decided(wait: WaitPlan) -> dict[str, Any] | None:

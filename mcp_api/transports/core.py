@@ -162,6 +162,8 @@ class Reply:
     # (group, message) pairs to publish; a batch's answers go as one list, as the client sent them.
     deliver: list[tuple[str, dict[str, Any] | list[dict[str, Any]]]] = field(default_factory=list)
     cancel: list[str] = field(default_factory=list)  # request groups told their request was cancelled
+    # Notifications that go before the answer on its event stream (`sse`, or a wait): the call's log messages.
+    notes: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def rpc_error(cls, exc: RpcError, request_id: Any = None, *, status: int | None = None) -> Reply:

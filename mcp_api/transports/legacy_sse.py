@@ -84,7 +84,8 @@ def handle_message(exchange: Exchange) -> Reply:
             raise jsonrpc.invalid_request("An empty batch is not a request.")
         check_batch(ctx, session.protocol_version or "2024-11-05", message)
         answers = answer_all(ctx, message)
-        return Reply(status=202, body="Accepted", deliver=[(group, answers)] if answers else [])
+        events = [*ctx.messages, *answers]  # the batch's log messages first, on the stream its answers take
+        return Reply(status=202, body="Accepted", deliver=[(group, events)] if events else [])
     kind = jsonrpc.kind_of(message)
     # Everything after this point is answered on the stream with a 202 here: the legacy client treats a
     # 4xx on its POST as a broken transport, while an error on the stream reaches the caller.
@@ -99,7 +100,9 @@ def handle_message(exchange: Exchange) -> Reply:
         return Reply(status=202, body="Accepted")
     else:
         answered = respond(ctx, message)
-    return Reply(status=202, body="Accepted", deliver=[(group, answered)])
+    return Reply(
+        status=202, body="Accepted", deliver=[(group, [*ctx.messages, answered] if ctx.messages else answered)]
+    )
 
 
 def _initialize(session: McpSession, message: dict[str, Any]) -> dict[str, Any]:

@@ -74,7 +74,11 @@ def _post_batch(exchange: Exchange, token: ClientToken, batch: list[Any]) -> Rep
     check_batch(ctx, session.protocol_version, batch)
     answers = answer_all(ctx, batch)
     cancel = cancelled_requests(token, session.id, batch)
-    return Reply(status=200, body=answers, cancel=cancel) if answers else Reply(status=202, cancel=cancel)
+    # A batch is answered as one JSON body: the log messages of its calls go to the session's stream.
+    deliver: list[tuple[str, Any]] = [(session_group(session.id), ctx.messages)] if ctx.messages else []
+    if not answers:
+        return Reply(status=202, cancel=cancel, deliver=deliver)
+    return Reply(status=200, body=answers, cancel=cancel, deliver=deliver)
 
 
 def _initialize(exchange: Exchange, token: ClientToken, message: dict[str, Any]) -> Reply:

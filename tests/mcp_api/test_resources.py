@@ -110,6 +110,7 @@ async def test_initialize_declares_resources_with_subscribe_prompts_and_completi
         "resources": {"subscribe": True, "listChanged": False},
         "prompts": {"listChanged": False},
         "completions": {},
+        "logging": {},
     }
 
 
