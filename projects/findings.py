@@ -4,8 +4,11 @@ element id of what it is about and a message a person can act on.
 
 `check(root)` walks the document with namespace-qualified XPath and reports, in a deterministic order
 (element id, then code): invalid or reserved identifiers, duplicate names in a scope, unknown types,
-initial values that are not valid for their type, malformed or duplicate located addresses, identifiers
-used in ST but not declared, unused local variables of ST POUs, and programs no task or resource runs.
+initial values that are not valid for their type, malformed or duplicate located addresses, programs no
+task or resource runs, and from each ST text's parse tree (`projects.st`): syntax errors, vendor-dialect
+statements, identifiers used but not declared, unused local variables of ST POUs, calls of what is neither
+a function nor a function block instance, and assignments to constants and inputs. A finding from ST code
+carries the text it is in (`body`) and its line and column there.
 Schema validity is the caller's business: it validates against the XSD and adds `schema_invalid`
 findings itself (`Finding.of("schema_invalid", ...)`); this module only assumes the elements it reads
 are where the schema puts them, and skips what is missing rather than failing.
@@ -40,7 +43,7 @@ from typing import Any
 
 from lxml import etree
 
-from projects import iec
+from projects import iec, st
 from projects.plcopen import documents
 from projects.plcopen.tc6 import (
     ELEMENTARY_TYPE_ELEMENTS,
@@ -67,6 +70,11 @@ SEVERITIES: MappingProxyType[str, str] = MappingProxyType(
         "duplicate_address": PROBLEM,
         "undeclared_identifier": PROBLEM,
         "schema_invalid": PROBLEM,
+        "st_syntax": PROBLEM,
+        "unknown_function": PROBLEM,
+        "assignment_to_constant": PROBLEM,
+        "assignment_to_input": ADVISORY,
+        "st_dialect": ADVISORY,
         "unused_variable": ADVISORY,
         "program_not_instantiated": ADVISORY,
     }
@@ -104,13 +112,39 @@ class Finding:
     severity: str
     element_id: str
     message: str
+    # Where in a POU's ST a finding from the code is: `body` names the text ("body", "action/Fill", ...),
+    # `line` and `column` count from 1 within it; 0 and "" for findings about declarations.
+    line: int = 0
+    column: int = 0
+    excerpt: str = ""
+    body: str = ""
 
     @classmethod
-    def of(cls, code: str, element_id: str, message: str) -> Finding:
-        return cls(code, SEVERITIES[code], element_id, message)
+    def of(
+        cls,
+        code: str,
+        element_id: str,
+        message: str,
+        *,
+        line: int = 0,
+        column: int = 0,
+        excerpt: str = "",
+        body: str = "",
+    ) -> Finding:
+        return cls(code, SEVERITIES[code], element_id, message, line, column, excerpt, body)
 
-    def to_dict(self) -> dict[str, str]:
-        return {"code": self.code, "severity": self.severity, "element_id": self.element_id, "message": self.message}
+    def to_dict(self) -> dict[str, Any]:
+        found: dict[str, Any] = {
+            "code": self.code,
+            "severity": self.severity,
+            "element_id": self.element_id,
+            "message": self.message,
+        }
+        if self.line:
+            found.update(body=self.body, line=self.line, column=self.column)
+        if self.excerpt:
+            found["excerpt"] = self.excerpt
+        return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +163,7 @@ class _Project:
     library_types: frozenset[str]
     enum_values: frozenset[str]
     global_names: frozenset[str]
+    global_constants: frozenset[str]
     findings: list[Finding] = field(default_factory=list)
     located: list[_Located] = field(default_factory=list)
 
@@ -179,7 +214,9 @@ def check(
     _check_duplicate_addresses(project)
     _check_instantiation(root, project)
     unique = set(project.findings)
-    return sorted(unique, key=lambda f: (f.element_id.casefold(), f.code, f.element_id, f.message))
+    return sorted(
+        unique, key=lambda f: (f.element_id.casefold(), f.code, f.body, f.line, f.column, f.element_id, f.message)
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -237,12 +274,17 @@ def _index(root: etree._Element, known_types: Iterable[str]) -> _Project:
         *(value for pou in every_pou for value in _xpath(pou, f".{enum_value}")),
     ]
     globals_ = _xpath(root, "p:instances/p:configurations/p:configuration//p:globalVars/p:variable/@name")
+    constants = _xpath(
+        root,
+        "p:instances/p:configurations/p:configuration//p:globalVars[@constant='true' or @constant='1']/p:variable/@name",
+    )
     return _Project(
         data_types=data_types,
         pous=pous,
         library_types=frozenset(name.casefold() for name in known_types),
         enum_values=frozenset(str(v).casefold() for v in enum_values),
         global_names=frozenset(str(v).casefold() for v in globals_),
+        global_constants=frozenset(str(v).casefold() for v in constants),
     )
 
 
@@ -627,53 +669,112 @@ def _check_pou(pou: etree._Element, project: _Project) -> None:
     _check_st(pou, project)
 
 
-def _st_sources(pou: etree._Element) -> Iterator[tuple[str, str]]:
-    """(where, code) for each ST text of a POU: its bodies, actions, transitions and SFC inline code."""
-    for st in _xpath(pou, ".//p:ST[not(ancestor::p:addData)]"):
-        holder = st.getparent().getparent()
-        if local_name(st.getparent()) == "inline":
-            where = "an SFC transition condition" if local_name(holder) == "condition" else "an SFC action block"
+@dataclass(frozen=True, slots=True)
+class _StSource:
+    """One ST text of a POU: `where` for messages, `body` for clients ("body", "action/Fill",
+    "transition/Done", "sfc_action/1", "sfc_condition/2": inline SFC code counted from 1 in document
+    order), and whether it is a statement list or a condition."""
+
+    where: str
+    body: str
+    code: str
+    kind: st.Kind
+
+
+def _st_sources(pou: etree._Element) -> Iterator[_StSource]:
+    """Each ST text of a POU: its bodies, actions, transitions and SFC inline code."""
+    inline = {"sfc_action": 0, "sfc_condition": 0}
+    for element in _xpath(pou, ".//p:ST[not(ancestor::p:addData)]"):
+        holder = element.getparent().getparent()
+        code = formatted_text(element) or ""
+        if local_name(element.getparent()) == "inline":
+            condition = local_name(holder) == "condition"
+            key = "sfc_condition" if condition else "sfc_action"
+            inline[key] += 1
+            where = "an SFC transition condition" if condition else "an SFC action block"
+            yield _StSource(where, f"{key}/{inline[key]}", code, "condition" if condition else "statements")
         elif local_name(holder) in ("action", "transition"):
-            where = f"{local_name(holder)} '{_name(holder)}'"
+            part = local_name(holder)
+            kind: st.Kind = "condition" if part == "transition" else "statements"
+            yield _StSource(f"{part} '{_name(holder)}'", f"{part}/{_name(holder)}", code, kind)
         else:
-            where = "the body"
-        yield where, formatted_text(st) or ""
+            yield _StSource("the body", "body", code, "statements")
+
+
+@dataclass(frozen=True, slots=True)
+class _Declared:
+    section: str
+    constant: bool
+    type_name: str | None  # a <derived> type's name, casefolded; None for any other type
+
+
+def _declared(variables: list[tuple[str, etree._Element]]) -> dict[str, _Declared]:
+    declared: dict[str, _Declared] = {}
+    for section, variable in variables:
+        content = first_element(variable.find(q("type")))
+        type_name = _name(content).casefold() if content is not None and local_name(content) == "derived" else None
+        holder = variable.getparent()
+        constant = holder is not None and holder.get("constant", "") in ("true", "1")
+        declared.setdefault(_name(variable).casefold(), _Declared(section, constant, type_name))
+    return declared
 
 
 def _check_st(pou: etree._Element, project: _Project) -> None:
     name = _name(pou)
+    kind = _POU_KINDS.get(pou.get("pouType", ""), "POU")
     interface = pou.find(q("interface"))
     variables = list(_sections(interface))
+    declared = _declared(variables)
+    parts = {str(n).casefold() for n in _xpath(pou, "p:actions/p:action/@name | p:transitions/p:transition/@name")}
     known = (
-        {_name(v).casefold() for _, v in variables}
+        declared.keys()
         | project.global_names
         | project.pous.keys()
         | project.data_types.keys()
         | project.enum_values
         | project.library_types
         | {n.casefold() for n in iec.STANDARD_FUNCTION_BLOCKS}
-        | {str(n).casefold() for n in _xpath(pou, "p:actions/p:action/@name | p:transitions/p:transition/@name")}
+        | parts
         | {str(n).casefold() for n in _xpath(pou, ".//p:step/@name | .//p:macroStep/@name")}
     )
+    if pou.get("pouType") == "function":
+        known = known | {name.casefold()}
     used: set[str] = set()
-    reported: set[str] = set()
-    for where, code in _st_sources(pou):
-        scan = iec.scan_st(code)
-        used.update(scan.pragma_words)
-        for token in scan.identifiers:
-            if token.keyword or token.member or token.formal:
-                continue
-            key = token.text.casefold()
+    reported: set[tuple[str, str]] = set()
+
+    def report(code: str, key: str, source: _StSource, use: st.NameUse, message: str) -> None:
+        if (code, key) in reported:
+            return
+        reported.add((code, key))
+        project.findings.append(
+            Finding.of(code, f"pou/{name}", message, line=use.line, column=use.column, body=source.body)
+        )
+
+    for source in _st_sources(pou):
+        analysis = st.analyse(source.code, source.kind)
+        used.update(analysis.pragma_words)
+        _report_syntax(project, pou, source, analysis)
+        for use in analysis.uses:
+            key = use.name.casefold()
             used.add(key)
-            if key in known or key in reported or iec.is_standard_function(token.text):
+            if not use.checked or iec.is_reserved(use.name):
                 continue
-            reported.add(key)
-            project.report(
-                "undeclared_identifier",
-                f"pou/{name}",
-                f"'{token.text}' is used in {where} of {_POU_KINDS.get(pou.get('pouType', ''), 'POU')} '{name}' "
-                f"(line {token.line}) but is not declared as a variable, external, POU, type or enumeration value.",
-            )
+            at = f"{source.where} of {kind} '{name}' (line {use.line}, column {use.column})"
+            if key not in known and not iec.is_standard_function(use.name):
+                report(
+                    "undeclared_identifier",
+                    key,
+                    source,
+                    use,
+                    f"'{use.name}' is used in {at} but is not declared as a variable, external, POU, type or "
+                    "enumeration value.",
+                )
+            elif use.role == "call":
+                problem = _not_callable(project, declared, parts, key)
+                if problem:
+                    report("unknown_function", key, source, use, f"'{use.name}' is called in {at}, but {problem}.")
+            elif use.role == "write" and (wrong := _write_problem(project, declared, key, use.name, at)):
+                report(wrong[0], key, source, use, wrong[1])
     bodies = _xpath(pou, "p:body | p:actions/p:action/p:body | p:transitions/p:transition/p:body")
     if not bodies or any(local_name(content) != "ST" for b in bodies if (content := first_element(b)) is not None):
         return
@@ -685,6 +786,83 @@ def _check_st(pou: etree._Element, project: _Project) -> None:
                 f"pou/{name}/var/{var_name}",
                 f"Local variable '{var_name}' of '{name}' is never used in its ST code; remove it or use it.",
             )
+
+
+def _report_syntax(project: _Project, pou: etree._Element, source: _StSource, analysis: st.Analysis) -> None:
+    name = _name(pou)
+    kind = _POU_KINDS.get(pou.get("pouType", ""), "POU")
+    for issue in analysis.issues:
+        at = f"{source.where} of {kind} '{name}' at line {issue.line}, column {issue.column}"
+        if issue.vendor:
+            code = "st_dialect"
+            message = (
+                f"The statement in {at} ('{issue.excerpt}') is a vendor extension, not IEC 61131-3 Structured "
+                "Text; other tools may refuse it, and its names are not checked."
+            )
+        elif issue.missing is not None:
+            code = "st_syntax"
+            expected = "a name or value" if issue.missing == "identifier" else f"'{issue.missing}'"
+            message = f"Syntax error in {at}: {expected} is missing ('{issue.excerpt}'); add it there."
+        else:
+            code = "st_syntax"
+            message = (
+                f"Syntax error in {at}: the code there ('{issue.excerpt}') is not valid Structured Text; "
+                "correct it at that position."
+            )
+        project.findings.append(
+            Finding.of(
+                code,
+                f"pou/{name}",
+                message,
+                line=issue.line,
+                column=issue.column,
+                excerpt=issue.excerpt,
+                body=source.body,
+            )
+        )
+
+
+def _not_callable(project: _Project, declared: dict[str, _Declared], parts: set[str], key: str) -> str | None:
+    """Why a declared name cannot be called, or None when it can (or the checker cannot tell)."""
+    variable = declared.get(key)
+    if variable is not None:
+        type_name = variable.type_name
+        if type_name is None:
+            return "it is a variable of an elementary, array or string type, neither a function nor a function block instance"
+        pou = project.pous.get(type_name)
+        if type_name in project.data_types or (pou is not None and pou.get("pouType") != "functionBlock"):
+            return f"it is a variable of type '{type_name}', not a function block instance"
+        return None
+    if key in parts:
+        return None
+    pou = project.pous.get(key)
+    if pou is not None and pou.get("pouType") == "functionBlock":
+        return f"'{_name(pou)}' is a function block type: declare an instance of it and call the instance"
+    if key.upper() in iec.STANDARD_FUNCTION_BLOCKS:
+        return f"{key.upper()} is a standard function block type: declare an instance of it and call the instance"
+    if key in project.data_types:
+        return "it is a data type, neither a function nor a function block instance"
+    return None
+
+
+def _write_problem(
+    project: _Project, declared: dict[str, _Declared], key: str, name: str, at: str
+) -> tuple[str, str] | None:
+    """(code, message) when assigning the name is wrong: a constant (problem) or an input (advisory)."""
+    variable = declared.get(key)
+    if (variable is not None and variable.constant) or (variable is None and key in project.global_constants):
+        return (
+            "assignment_to_constant",
+            f"'{name}' is assigned in {at}, but it is declared CONSTANT; remove the assignment or the CONSTANT "
+            "qualifier.",
+        )
+    if variable is not None and variable.section == "inputVars":
+        return (
+            "assignment_to_input",
+            f"'{name}' is assigned in {at}, but it is an input, which its caller sets; copy it into a local "
+            "variable and change that.",
+        )
+    return None
 
 
 # ---------------------------------------------------------------------------------------------------------
