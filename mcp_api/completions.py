@@ -65,7 +65,7 @@ def _what_it_names(ref: dict[str, Any], argument: str) -> str | None:
         prompt = prompts.find_prompt(ref.get("name"))
         return next((a.completes for a in prompt.arguments if a.name == argument), None)
     if ref.get("type") == "ref/resource":
-        if not any(t["uriTemplate"] == ref.get("uri") for t in resources.TEMPLATES):
+        if not any(t["uriTemplate"] == ref.get("uri") for t in resources.templates()):
             raise RpcError(
                 INVALID_PARAMS,
                 "Invalid params: ref.uri is not one of this server's templates (resources/templates/list).",

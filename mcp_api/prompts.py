@@ -30,11 +30,26 @@ class Argument:
 
 @dataclass(frozen=True)
 class Prompt:
+    """A prompt: its text from its arguments, or (`render`) messages of other content, such as an image or an
+    embedded resource. A prompt with a `project` argument passes the read gates for that project; one without
+    names nothing private and is answered to any principal."""
+
     name: str
     title: str
     description: str
     arguments: tuple[Argument, ...]
-    text: Callable[[dict[str, str]], str]
+    text: Callable[[dict[str, str]], str] | None = None
+    render: Callable[[dict[str, str]], list[dict[str, Any]]] | None = None
+
+    @property
+    def names_project(self) -> bool:
+        return any(a.name == "project" for a in self.arguments)
+
+    def messages(self, arguments: dict[str, str]) -> list[dict[str, Any]]:
+        if self.render is not None:
+            return self.render(arguments)
+        assert self.text is not None, f"prompt {self.name} has neither text nor render"
+        return [{"role": "user", "content": {"type": "text", "text": self.text(arguments)}}]
 
     def descriptor(self) -> dict[str, Any]:
         return {
@@ -149,6 +164,14 @@ PROMPTS: dict[str, Prompt] = {
 }
 
 
+def register(prompt: Prompt) -> Prompt:
+    """Offer one more prompt (listed after those before it)."""
+    if prompt.name in PROMPTS or (prompt.text is None) == (prompt.render is None):
+        raise ValueError(f"prompt {prompt.name} is registered twice, or has not exactly one of text and render")
+    PROMPTS[prompt.name] = prompt
+    return prompt
+
+
 def prompts_list(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
     resources.page_offset(params.get("cursor"), "prompts/list")  # one page holds them all; a cursor must be one
     page: dict[str, Any] = {"prompts": [prompt.descriptor() for prompt in PROMPTS.values()]}
@@ -175,12 +198,9 @@ def prompts_get(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
     def get() -> dict[str, Any]:
         prompt = find_prompt(name)
         arguments = _arguments(prompt, raw)
-        project = granted_project(ctx, arguments["project"], params)
-        arguments["project"] = project.slug
-        return {
-            "description": prompt.description,
-            "messages": [{"role": "user", "content": {"type": "text", "text": prompt.text(arguments)}}],
-        }
+        if prompt.names_project:
+            arguments["project"] = granted_project(ctx, arguments["project"], params).slug
+        return {"description": prompt.description, "messages": prompt.messages(arguments)}
 
     return audited(ctx, "prompts/get", audit_arguments, get)
 

@@ -10,6 +10,7 @@ Every call is audited as a tool call is, its `tool` the method's name.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
@@ -55,7 +56,7 @@ GUIDELINES = f"""# Authoring guidelines for Forge MCP
 - Subscribe to a resource to hear `notifications/resources/updated` when it changes; then read it again.
 """
 
-TEMPLATES = [
+PROJECT_TEMPLATES = [
     {
         "uriTemplate": "forge://projects/{slug}/accepted.xml",
         "name": "accepted",
@@ -78,6 +79,96 @@ TEMPLATES = [
         "mimeType": "text/plain",
     },
 ]
+
+
+@dataclass(frozen=True)
+class OpenResource:
+    """A resource that names no project and holds nothing private (the guidelines): any principal may list,
+    read and subscribe to it, with no gate but the audit. It changes only with the server's code, so a
+    subscription to it is accepted and never announces anything. `contents` gives the read's content for the
+    address (`{"text": ...}` or `{"blob": ...}`)."""
+
+    uri: str
+    name: str
+    title: str
+    description: str
+    mime_type: str
+    contents: Callable[[], dict[str, str]]
+
+    def entry(self) -> dict[str, Any]:
+        return {**_entry(self.uri, self.name, self.title, self.mime_type), "description": self.description}
+
+
+@dataclass(frozen=True)
+class OpenTemplate:
+    """A resource template of open resources: `{name}` in its `uri_template` stands for one path segment, and
+    `contents` gives the content of the address it matched from the variables' values."""
+
+    uri_template: str
+    name: str
+    title: str
+    description: str
+    mime_type: str
+    contents: Callable[[dict[str, str]], dict[str, str]]
+
+    def descriptor(self) -> dict[str, Any]:
+        return {
+            "uriTemplate": self.uri_template,
+            "name": self.name,
+            "title": self.title,
+            "description": self.description,
+            "mimeType": self.mime_type,
+        }
+
+    def match(self, uri: str) -> dict[str, str] | None:
+        literal = re.split(r"\{(\w+)\}", self.uri_template)
+        pattern = "".join(re.escape(part) if i % 2 == 0 else f"(?P<{part}>[^/?#]+)" for i, part in enumerate(literal))
+        found = re.fullmatch(pattern, uri)
+        if found is None:
+            return None
+        values = {key: unquote(value) for key, value in found.groupdict().items()}
+        return None if any(_UNSAFE.search(value) for value in values.values()) else values
+
+
+OPEN_RESOURCES: dict[str, OpenResource] = {}
+OPEN_TEMPLATES: list[OpenTemplate] = []
+
+
+def register_open_resource(resource: OpenResource) -> OpenResource:
+    """Serve one more open resource (listed after those before it, before any project's)."""
+    if resource.uri in OPEN_RESOURCES or parse(resource.uri) is not None:
+        raise ValueError(f"resource {resource.uri} is registered twice or is a project's address")
+    OPEN_RESOURCES[resource.uri] = resource
+    return resource
+
+
+def register_open_template(template: OpenTemplate) -> OpenTemplate:
+    if any(t.uri_template == template.uri_template for t in OPEN_TEMPLATES):
+        raise ValueError(f"resource template {template.uri_template} is registered twice")
+    OPEN_TEMPLATES.append(template)
+    return template
+
+
+def templates() -> list[dict[str, Any]]:
+    """Every template this server serves, as resources/templates/list shows them: the projects' first."""
+    return [dict(template) for template in PROJECT_TEMPLATES] + [t.descriptor() for t in OPEN_TEMPLATES]
+
+
+def open_contents(uri: str) -> dict[str, str] | None:
+    """The content item of an open resource's address (one listed, or one an open template matches), or None."""
+    resource = OPEN_RESOURCES.get(uri)
+    if resource is not None:
+        return {"uri": uri, "mimeType": resource.mime_type, **resource.contents()}
+    for template in OPEN_TEMPLATES:
+        values = template.match(uri) if len(uri) <= 500 else None
+        if values is not None:
+            return {"uri": uri, "mimeType": template.mime_type, **template.contents(values)}
+    return None
+
+
+def is_open(uri: str) -> bool:
+    return uri in OPEN_RESOURCES or any(t.match(uri) is not None for t in OPEN_TEMPLATES if len(uri) <= 500)
+
 
 _PROJECT_URI = re.compile(
     r"forge://projects/(?P<slug>[^/?#]+)/(?:(?P<file>accepted|draft)\.xml|pous/(?P<pou>[^/?#]+)/body\.st)"
@@ -131,22 +222,24 @@ def project_uris(slug: str) -> tuple[str, str]:
 
 
 def resources_list(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
-    """The guidelines, then each visible project's accepted file and draft, in slug order, a page at a time."""
+    """The open resources (the guidelines first), then each visible project's accepted file and draft, in slug
+    order, a page at a time."""
     offset = page_offset(params.get("cursor"), "resources/list")
-    # Entry 0 is the guidelines; project k is entries 2k+1 (accepted) and 2k+2 (draft).
-    first_project = max(0, (offset - 1) // 2)
+    # Entries 0..n-1 are the open resources; project k is entries n+2k (accepted) and n+2k+1 (draft).
+    opened = list(OPEN_RESOURCES.values())
+    first_project = max(0, (offset - len(opened)) // 2)
     wanted = PAGE_SIZE // 2 + 2
     # While MCP is off no project is named, as project.list answers nothing then.
     visible = rights.visible_projects(ctx.token.owner) if hotpath.mcp_enabled(ctx.token) else Project.objects.none()
     projects = list(visible[first_project : first_project + wanted])
-    entries = [] if offset > 0 else [_guidelines_entry()]
+    entries = [resource.entry() for resource in opened[offset:]]
     for project in projects:
         accepted, draft = project_uris(project.slug)
         entries.append(
             _entry(accepted, f"{project.slug}/accepted.xml", f"{project.name} (accepted)", "application/xml")
         )
         entries.append(_entry(draft, f"{project.slug}/draft.xml", f"{project.name} (working draft)", "application/xml"))
-    skip = 0 if offset == 0 else offset - (1 + 2 * first_project)
+    skip = 0 if offset <= len(opened) else offset - (len(opened) + 2 * first_project)
     rest = entries[skip:]
     page: dict[str, Any] = {"resources": rest[:PAGE_SIZE]}
     if len(rest) > PAGE_SIZE:
@@ -156,7 +249,7 @@ def resources_list(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
 
 def templates_list(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
     page_offset(params.get("cursor"), "resources/templates/list")
-    return _cacheable(ctx, {"resourceTemplates": [dict(template) for template in TEMPLATES]})
+    return _cacheable(ctx, {"resourceTemplates": templates()})
 
 
 def _cacheable(ctx: CallContext, page: dict[str, Any]) -> dict[str, Any]:
@@ -179,20 +272,13 @@ def _entry(uri: str, name: str, title: str, mime: str) -> dict[str, Any]:
     return {"uri": uri, "name": name, "title": title, "mimeType": mime}
 
 
-def _guidelines_entry() -> dict[str, Any]:
-    entry = _entry(GUIDELINES_URI, "guidelines", "Authoring guidelines and IEC naming rules", "text/markdown")
-    entry["description"] = "How to change a project through Forge MCP, and how to name things in IEC 61131-3."
-    return entry
-
-
 # --- resources/read ---------------------------------------------------------------------------------
 
 
 def resources_read(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
     uri = _uri_of(params)
-    if uri == GUIDELINES_URI:
-        text = audited(ctx, "resources/read", {"uri": uri}, lambda: GUIDELINES)
-        return {"contents": [{"uri": uri, "mimeType": "text/markdown", "text": text}]}
+    if is_open(uri):
+        return {"contents": [audited(ctx, "resources/read", {"uri": uri[:500]}, lambda: open_contents(uri))]}
     address = parse(uri)
     arguments = {"uri": uri[:500], "project": address.slug[:100] if address else ""}
 
@@ -256,8 +342,8 @@ def resources_subscribe(ctx: CallContext, params: dict[str, Any]) -> dict[str, A
     arguments = {"uri": uri[:500], "project": address.slug[:100] if address else ""}
 
     def subscribe() -> dict[str, Any]:
-        if uri == GUIDELINES_URI:
-            return {}  # they change only with the server's version: nothing to announce
+        if is_open(uri):
+            return {}  # it changes only with the server's code: nothing to announce
         if address is None:
             raise _unknown(ctx, uri)
         project = granted_project(ctx, address.slug, params)
@@ -296,3 +382,15 @@ def resources_unsubscribe(ctx: CallContext, params: dict[str, Any]) -> dict[str,
         return {}
 
     return audited(ctx, "resources/unsubscribe", arguments, unsubscribe, changes=True)
+
+
+register_open_resource(
+    OpenResource(
+        GUIDELINES_URI,
+        "guidelines",
+        "Authoring guidelines and IEC naming rules",
+        "How to change a project through Forge MCP, and how to name things in IEC 61131-3.",
+        "text/markdown",
+        lambda: {"text": GUIDELINES},
+    )
+)

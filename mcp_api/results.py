@@ -6,6 +6,7 @@ outcome reaches a client later (`editor.confirm`, a task's result, the retry of 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -20,7 +21,20 @@ OVERRIDE_BANNER = (
 )
 
 
-def tool_result(structured: dict[str, Any], *, is_error: bool = False) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Content:
+    """A tool's answer as content blocks, for a result that is not one JSON object: text, an image, audio, an
+    embedded resource (the MCP content types). Most tools return a dict, which becomes structured content."""
+
+    blocks: tuple[dict[str, Any], ...]
+
+
+def tool_result(structured: dict[str, Any] | Content, *, is_error: bool = False) -> dict[str, Any]:
+    if isinstance(structured, Content):
+        blocks = list(structured.blocks)
+        if settings.FORGE_OVERRIDE_SECURITIES:
+            blocks.append({"type": "text", "text": OVERRIDE_BANNER})
+        return {"content": blocks, "isError": is_error}
     if settings.FORGE_OVERRIDE_SECURITIES:
         structured = {**structured, "warnings": [*structured.get("warnings", []), OVERRIDE_BANNER]}
     return {
