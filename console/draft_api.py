@@ -88,6 +88,14 @@ class Finding(serializers.Serializer):
     severity = serializers.ChoiceField(choices=["problem", "advisory"])
     element_id = serializers.CharField()
     message = serializers.CharField()
+    body = serializers.CharField(
+        required=False,
+        help_text='For a finding in ST code: which text of the POU ("body", "action/<name>", "transition/<name>", '
+        '"sfc_action/<n>", "sfc_condition/<n>").',
+    )
+    line = serializers.IntegerField(required=False, help_text="For a finding in ST code: its line there, from 1.")
+    column = serializers.IntegerField(required=False, help_text="For a finding in ST code: its column, from 1.")
+    excerpt = serializers.CharField(required=False, help_text="For an ST syntax finding: the code around it.")
 
 
 class ChangedElement(serializers.Serializer):

@@ -170,7 +170,8 @@ def change_group_begin(ctx: CallContext, args: BeginArguments) -> dict[str, Any]
 @tool("change_group.check", title="Rehearse operations", arguments=CheckArguments, needs=NEEDS_GRANT)
 def change_group_check(ctx: CallContext, args: CheckArguments) -> dict[str, Any]:
     """Rehearse a batch on a copy of the working draft: the ids it would change and the findings it would
-    leave, or the operation that would be refused (by index). Nothing is stored and no revision moves."""
+    leave (ST syntax and identifier findings with body, line and column in the POU's code), or the operation
+    that would be refused (by index). Nothing is stored and no revision moves."""
     return _drafting(drafts.check, ctx.project, args.operations)
 
 
@@ -184,8 +185,9 @@ def change_group_check(ctx: CallContext, args: CheckArguments) -> dict[str, Any]
 )
 def change_group_stage(ctx: CallContext, args: StageArguments) -> dict[str, Any]:
     """Stage a batch into your change group: all operations or none (a refusal names the operation's
-    index). Answers the changed ids, the findings against them and the new working_revision. Staging never
-    refuses on findings: fix them with further batches before change_group.submit."""
+    index). Answers the changed ids, the findings against them (those in ST code with body, line and
+    column) and the new working_revision. Staging never refuses on findings: fix them with further batches
+    before change_group.submit."""
     project, session_id = _fresh(ctx, args)
     return _drafting(
         drafts.do_stage,

@@ -135,8 +135,10 @@ def project_list_variables(ctx: CallContext, args: VariablesArguments) -> dict[s
 @tool("project.check", title="Check a project", arguments=PageArguments, needs=NEEDS_GRANT)
 def project_check(ctx: CallContext, args: PageArguments) -> dict[str, Any]:
     """Findings of the project (problems first, then advisories): invalid or duplicate names, unknown
-    types, bad initial values or addresses, undeclared or unused identifiers, programs without a task,
-    and schema errors. Pages with next_offset."""
+    types, bad initial values or addresses, programs without a task, schema errors, and from parsing each
+    ST text: syntax errors (st_syntax), vendor-dialect statements, undeclared or unused identifiers, calls of
+    what is no function or instance, assignments to constants or inputs. A finding in ST code carries body
+    (which text), line and column (from 1) so the exact spot can be fixed. Pages with next_offset."""
     return read(reads.check, ctx.project, limit=args.limit, offset=args.offset, view=args.view)
 
 
