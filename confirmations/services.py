@@ -546,6 +546,8 @@ CANCELLATIONS = {
     "once an operator switches MCP back on.",
     "client_cancelled": "The client cancelled the request that asked for this change (notifications/cancelled) "
     "before it was decided; nothing was written.",
+    "task_cancelled": "The client cancelled the task that stood for this change (tasks/cancel) before it was "
+    "decided; nothing was written.",
 }
 
 

@@ -7,6 +7,7 @@ class McpApiConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from mcp_api import resource_updates
+        from mcp_api import resource_updates, tasks
 
         resource_updates.connect()
+        tasks.connect()

@@ -12,7 +12,6 @@ transport and revision; the transports only move bytes. It runs inside the one d
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,10 +25,11 @@ from access.models import ClientToken, McpSession
 from audit.models import EventKind
 from audit.services import record
 from forge_core.errors import AuditUnavailable, Refusal
-from mcp_api import completions, prompts, registry, resources, tracing
+from mcp_api import completions, prompts, registry, resources, tasks, tracing
 from mcp_api import logging as client_logging
 from mcp_api.consent import MCP_OFF
 from mcp_api.jsonrpc import INTERNAL_ERROR, METHOD_NOT_FOUND, RpcError, error, refusal_error, result
+from mcp_api.results import OVERRIDE_BANNER, refused_result, tool_result
 from mcp_api.revisions import ALL_REVISIONS, SERVER_INFO_META_KEY, is_stateless
 from projects.models import Project
 
@@ -51,12 +51,15 @@ CAPABILITIES = {
 def capabilities(revision: str) -> dict[str, Any]:
     """The capabilities declared at a revision: `completions` came with 2025-03-26 (completion/complete itself
     answers at 2024-11-05, which declared nothing for it), and 2026-07-28 removed `resources/subscribe` (its
-    clients listen with subscriptions/listen), and deprecated logging (`mcp_api.logging`)."""
+    clients listen with subscriptions/listen), and deprecated logging (`mcp_api.logging`). Tasks are in the core
+    of 2025-11-25 and an extension at 2026-07-28 (`mcp_api.tasks`)."""
     if revision == "2024-11-05":
         return {key: value for key, value in CAPABILITIES.items() if key != "completions"}
     if is_stateless(revision):
         offered = {key: value for key, value in CAPABILITIES.items() if key != "logging"}
-        return {**offered, "resources": {"listChanged": False}}
+        return {**offered, "resources": {"listChanged": False}, "extensions": tasks.EXTENSIONS}
+    if revision == tasks.TASK_REVISION:
+        return {**CAPABILITIES, "tasks": tasks.CAPABILITY}
     return CAPABILITIES
 
 
@@ -103,13 +106,6 @@ class CallContext:
     def start_call(self) -> None:
         """Forget what the previous tools/call of a batch resolved."""
         self.target, self.audit_project, self.awaiting = None, "", None
-
-
-OVERRIDE_BANNER = (
-    "OVERRIDE MODE: this Forge server was started with FORGE_OVERRIDE_SECURITIES=1, so direct write tools "
-    "(project.write.*) exist. Each still waits for an operator's approval in the Forge console; nothing is "
-    "written until then."
-)
 
 
 def instructions() -> str:
@@ -180,6 +176,8 @@ def _tools_call(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
         _audit_call(ctx, tool, raw_arguments if isinstance(raw_arguments, dict) else {}, "mcp_disabled")
         client_logging.tool_call_logged(ctx, tool.name, "mcp_disabled", MCP_OFF)
         return refused_result(MCP_OFF)
+    # How a governed call's pending confirmation reaches this client: by what it declared (`mcp_api.tasks`).
+    form = tasks.form_for(ctx, params) if tool.waits_for_operator else tasks.PENDING
     refused: Refusal | None = None
     try:
         # A tool that changes something commits with its audit row: if the row cannot be written, whatever the
@@ -189,13 +187,20 @@ def _tools_call(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
         # out only once the row is committed.
         with contextlib.nullcontext() if tool.read_only else transaction.atomic():
             try:
-                answer, outcome = tool_result(tool.run(ctx, arguments)), "ok"
+                if form.request_state is not None:
+                    answer, outcome = (
+                        tasks.resume(ctx, tool, arguments.model_dump(mode="json"), form.request_state),
+                        "resumed",
+                    )
+                else:
+                    answer, outcome = tool_result(tool.run(ctx, arguments)), "ok"
             except AuditUnavailable:
                 raise  # the transaction is lost: nothing the handler did may stay
             except Refusal as refusal:
                 # A refusal is the call's answer: what the handler stored before it (a write call's pending
                 # confirmation) commits with the audit row.
                 answer, outcome, refused = refused_result(refusal), refusal.code, refusal
+                answer = tasks.answer_suspended(ctx, form, tool, arguments.model_dump(mode="json"), answer)
             _audit_call(ctx, tool, arguments.model_dump(mode="json"), outcome)
     except AuditUnavailable as unavailable:
         ctx.awaiting = None  # a confirmation the call made was rolled back with it: there is nothing to wait for
@@ -227,21 +232,6 @@ def _audit_call(ctx: CallContext, tool: registry.Tool, arguments: dict[str, Any]
     )
 
 
-def refused_result(refusal: Refusal) -> dict[str, Any]:
-    """A refusal as a tool's result: `isError`, its code and message (and details) as structured content."""
-    return tool_result(refusal.structured(), is_error=True)
-
-
-def tool_result(structured: dict[str, Any], *, is_error: bool = False) -> dict[str, Any]:
-    if settings.FORGE_OVERRIDE_SECURITIES:
-        structured = {**structured, "warnings": [*structured.get("warnings", []), OVERRIDE_BANNER]}
-    return {
-        "content": [{"type": "text", "text": json.dumps(structured, ensure_ascii=False, default=str)}],
-        "structuredContent": structured,
-        "isError": is_error,
-    }
-
-
 @dataclass(frozen=True)
 class Method:
     handler: Callable[[CallContext, dict[str, Any]], dict[str, Any]]
@@ -266,6 +256,8 @@ METHODS: dict[str, Method] = {
     "prompts/list": Method(prompts.prompts_list),
     "prompts/get": Method(prompts.prompts_get),
     "completion/complete": Method(completions.complete),
+    # The Tasks extension's methods; each answers only at the revisions that have it (`mcp_api.tasks`).
+    **{name: Method(handler) for name, handler in tasks.handlers().items()},
     "logging/setLevel": Method(client_logging.set_level, handshake_only=True),  # deprecated in 2026-07-28
 }
 

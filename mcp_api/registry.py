@@ -113,7 +113,14 @@ class Tool:
                 "idempotentHint": self.idempotent,
                 "openWorldHint": False,
             },
+            # A governed mutation waits for an operator, so a client may follow it as a task (`mcp_api.tasks`).
+            **({"execution": {"taskSupport": "optional"}} if self.waits_for_operator else {}),
         }
+
+    @property
+    def waits_for_operator(self) -> bool:
+        """Whether a call suspends into a pending confirmation: the governed mutations (direct writes, team)."""
+        return not self.read_only and bool({Need.OVERRIDE, Need.CARETAKER} & self.needs)
 
     def parse(self, raw: Any) -> Arguments:
         if raw is None:
