@@ -13,6 +13,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 import console
 from console.caretaker_screens import public_crl
 from forge_site import views
+from mcp_api import server_card
 
 FAVICON = Path(console.__file__).resolve().parent / "static" / "console" / "favicon.svg"
 
@@ -33,6 +34,10 @@ urlpatterns = [
     path("favicon.ico", favicon),
     # The team CA's certificate revocation list, public like every CRL (docs/CARETAKER.md).
     path("crl.pem", public_crl, name="crl"),
+    # What a client learns before connecting: the MCP Server Card and the catalogs naming it (public).
+    path("mcp/server-card", server_card.server_card, name="mcp-server-card"),
+    path(".well-known/ai-catalog.json", server_card.ai_catalog),
+    path(".well-known/mcp/catalog.json", server_card.mcp_catalog),
     path("api/audit/", include("audit.urls")),
     # The OpenAPI description of the REST APIs, and Swagger UI on it (its scripts served locally).
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
