@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mcp_api import resources
+from mcp_api import caching, resources
 from mcp_api.consent import audited, granted_project
 from mcp_api.jsonrpc import INVALID_PARAMS, RpcError
 
@@ -175,9 +175,8 @@ def register(prompt: Prompt) -> Prompt:
 def prompts_list(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
     resources.page_offset(params.get("cursor"), "prompts/list")  # one page holds them all; a cursor must be one
     page: dict[str, Any] = {"prompts": [prompt.descriptor() for prompt in PROMPTS.values()]}
-    if ctx.stateless:
-        page.update({"ttlMs": 0, "cacheScope": "private"})
-    return page
+    # The same prompts for everyone (a prompt's project is an argument), fixed by the server's code.
+    return caching.STATIC.apply(ctx, page)
 
 
 def find_prompt(name: Any) -> Prompt:

@@ -17,7 +17,7 @@ from urllib.parse import unquote
 
 from access import hotpath
 from forge_core.errors import Refusal
-from mcp_api import registry
+from mcp_api import caching, registry
 from mcp_api.consent import audited, granted_project, project_read, resource_not_found
 from mcp_api.jsonrpc import INVALID_PARAMS, RpcError
 from mcp_api.models import ResourceSubscription
@@ -244,18 +244,14 @@ def resources_list(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
     page: dict[str, Any] = {"resources": rest[:PAGE_SIZE]}
     if len(rest) > PAGE_SIZE:
         page["nextCursor"] = registry.encode_cursor(offset + PAGE_SIZE)
-    return _cacheable(ctx, page)
+    # Which projects are named depends on who asks and on the MCP switch.
+    return caching.PER_CALLER.apply(ctx, page)
 
 
 def templates_list(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
     page_offset(params.get("cursor"), "resources/templates/list")
-    return _cacheable(ctx, {"resourceTemplates": templates()})
-
-
-def _cacheable(ctx: CallContext, page: dict[str, Any]) -> dict[str, Any]:
-    if ctx.stateless:
-        page.update({"ttlMs": 0, "cacheScope": "private"})
-    return page
+    # The same addresses for everyone, fixed by the server's code: a template names no project.
+    return caching.STATIC.apply(ctx, {"resourceTemplates": templates()})
 
 
 def page_offset(cursor: Any, method: str) -> int:
@@ -278,7 +274,10 @@ def _entry(uri: str, name: str, title: str, mime: str) -> dict[str, Any]:
 def resources_read(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
     uri = _uri_of(params)
     if is_open(uri):
-        return {"contents": [audited(ctx, "resources/read", {"uri": uri[:500]}, lambda: open_contents(uri))]}
+        contents = audited(ctx, "resources/read", {"uri": uri[:500]}, lambda: open_contents(uri))
+        # Nothing private; the guidelines change only with the server's code, another open resource any time.
+        hint = caching.STATIC if uri == GUIDELINES_URI else caching.SHARED_LIVE
+        return hint.apply(ctx, {"contents": [contents]})
     address = parse(uri)
     arguments = {"uri": uri[:500], "project": address.slug[:100] if address else ""}
 
@@ -291,7 +290,9 @@ def resources_read(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
         view = reads.WORKING_DRAFT if address.file == "draft" else reads.ACCEPTED
         return {"uri": uri, "mimeType": "application/xml", "text": project_read(_whole_file, project, view)}
 
-    return {"contents": [audited(ctx, "resources/read", arguments, read, not_found=resource_not_found(ctx))]}
+    contents = audited(ctx, "resources/read", arguments, read, not_found=resource_not_found(ctx))
+    # Behind this session's grant, and a draft changes whenever a change group is staged.
+    return caching.PER_CALLER.apply(ctx, {"contents": [contents]})
 
 
 def _whole_file(project: Project, view: str) -> str:
