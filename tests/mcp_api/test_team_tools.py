@@ -27,10 +27,12 @@ from caretaker.models import ACCEPTANCE_SENTENCE, Activation, EnrollmentCode, Pe
 from caretaker.randomart import key_art
 from confirmations.models import ConfirmationState, PendingConfirmation
 from confirmations.services import DecisionRefused, do_approve_confirmation
+from mcp_api.revisions import CLIENT_CAPABILITIES_META_KEY
 from tests.caretaker.conftest import csr_for, new_key
 from tests.mcp_api.helpers import (
     Response,
     allow_project,
+    envelope,
     mcp_headers,
     open_session,
     open_stream,
@@ -337,6 +339,29 @@ async def test_a_wrong_typed_id_is_refused_and_nothing_is_issued(typed, cast, ac
     assert (await stored(proposed["pending_id"])).state == ConfirmationState.PENDING
     assert await peer_state() == (PeerState.ENROLLING, "")
     assert not await database_sync_to_async(roster_published)()
+
+
+async def test_a_request_from_a_tasks_client_answers_a_task_that_completes_with_the_certificate(cast, active):
+    token = cast.operator.raw_token
+    handle = await database_sync_to_async(handle_for)(token)
+    key = new_key()
+    arguments = {"enrollment_code": await enroll(), "csr": csr_for(key), "session_handle": handle}
+    capabilities = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+    meta = envelope(**{CLIENT_CAPABILITIES_META_KEY: capabilities})
+    headers = stateless_headers(token, "tools/call", name="team.request_cert")
+    body = stateless_rpc("tools/call", {"name": "team.request_cert", "arguments": arguments}, meta=meta)
+
+    task = (await send("POST", "/mcp", headers=headers, body=body)).json()["result"]
+    pending = await database_sync_to_async(PendingConfirmation.objects.get)()
+    await approve(str(pending.id), active, key_art(key.public_key()).memorable_id)
+    get = stateless_rpc("tasks/get", {"taskId": task["taskId"]}, meta=meta)
+    done = (await send("POST", "/mcp", headers=stateless_headers(token, "tasks/get"), body=get)).json()["result"]
+
+    assert task["resultType"] == "task" and task["status"] == "working"
+    assert done["status"] == "completed"
+    assert done["result"]["isError"] is False
+    assert done["result"]["structuredContent"]["state"] == "executed"
+    assert done["result"]["structuredContent"]["result"]["memorable_id"] == key_art(key.public_key()).memorable_id
 
 
 async def test_an_operator_who_may_not_act_as_caretaker_cannot_approve(cast, active):
