@@ -51,6 +51,7 @@ from console.draft_screens import DraftScreens
 from console.login_guard import login_failing_closed, logout_failing_closed
 from forge_core.console import is_operator
 from forge_core.errors import AuditUnavailable
+from projects.writers import SharedFile, shared_files
 
 log = logging.getLogger(__name__)
 
@@ -270,6 +271,8 @@ class Dashboard:
     tls: ServedTls | None = None
     # The switch's turns in the audit log, for a user who may read it (None for anyone else).
     switch_history_url: str | None = None
+    # Projects whose file another running deployment also binds (projects.writers), for who may view projects.
+    shared_files: list[SharedFile] | None = None
 
     @property
     def shows_waiting_items(self) -> bool:
@@ -311,6 +314,7 @@ def dashboard(request: HttpRequest) -> Dashboard:
             if user.has_perm("audit.view_auditevent")
             else None
         ),
+        shared_files=shared_files() if user.has_perm("projects.view_project") else None,
     )
 
 

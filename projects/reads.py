@@ -72,7 +72,12 @@ def list_variables(project: Project, view: str = ACCEPTED, **query: Any) -> dict
 def check(project: Project, *, limit: int, offset: int, view: str = ACCEPTED) -> dict[str, Any]:
     """Schema errors and findings of the accepted project, problems first."""
     opened = _opened(project, view)
-    found = findings.document_findings(opened.document)
+    return _framed(opened, check_page(opened.document, limit=limit, offset=offset))
+
+
+def check_page(document: documents.ProjectDocument, *, limit: int, offset: int) -> dict[str, Any]:
+    """One page of a document's findings with the counts of all of them (what `check` frames)."""
+    found = findings.document_findings(document)
     page = found[offset : offset + limit]
     content: dict[str, Any] = {
         "counts": {
@@ -83,7 +88,7 @@ def check(project: Project, *, limit: int, offset: int, view: str = ACCEPTED) ->
     }
     if offset + limit < len(found):
         content["next_offset"] = offset + limit
-    return _framed(opened, content)
+    return content
 
 
 # Each parsed document's text, made once: a client reads a large project in many chunks, and serializing
@@ -102,11 +107,16 @@ def _text(document: documents.ProjectDocument) -> str:
 def export(project: Project, *, offset: int, limit: int = EXPORT_CHUNK, view: str = ACCEPTED) -> dict[str, Any]:
     """The project's XML, in chunks: an unbounded answer would spend a client's whole context."""
     opened = _opened(project, view)
-    text = _text(opened.document)
+    return _framed(opened, export_page(opened.document, offset=offset, limit=limit))
+
+
+def export_page(document: documents.ProjectDocument, *, offset: int, limit: int = EXPORT_CHUNK) -> dict[str, Any]:
+    """One chunk of a document's XML (what `export` frames)."""
+    text = _text(document)
     content: dict[str, Any] = {"length": len(text), "offset": offset, "xml": text[offset : offset + limit]}
     if offset + limit < len(text):
         content["next_offset"] = offset + limit
-    return _framed(opened, content)
+    return content
 
 
 def suggest_placement(project: Project, topic: str, *, limit: int, view: str = ACCEPTED) -> dict[str, Any]:

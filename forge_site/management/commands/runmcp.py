@@ -6,10 +6,10 @@ forge_site/uvicorn_server.py), which spends less CPU per call. Either way the sa
 same start-up work (`start_serving_work`).
 
 It serves the whole application and runs the process's background work (contract recovery at start-up,
-audit checkpoints, confirmation expiry, following the outbox of messages that `manage.py` commands send to
-open streams, watching the roster's incoming/ folder, signing the caretaker's roster again before it
-expires), none of it one edge's, so it belongs to the
-composition root.
+its instance and binding records (forge_core.instances, removed at a clean stop), audit checkpoints,
+confirmation expiry, following the outbox of messages that `manage.py` commands send to open streams,
+watching the roster's incoming/ folder, signing the caretaker's roster again before it expires), none of it
+one edge's, so it belongs to the composition root.
 """
 
 from __future__ import annotations
@@ -36,13 +36,16 @@ from caretaker.randomart import key_art
 from caretaker.services import refresh_roster_if_due
 from caretaker.watch import watch_incoming
 from confirmations.services import expire_due, recover
+from forge_core import instances
 from forge_core.env import envint, envstr
 from forge_core.errors import AuditUnavailable, Refusal
 from forge_core.live import mark_outside_server
+from projects import writers
 
 logger = logging.getLogger("forge.server")
 EXPIRY_SWEEP_SECONDS = 2.0
 ROSTER_REFRESH_SECONDS = 600.0
+BINDING_REFRESH_SECONDS = 30.0
 # What `--server uvicorn` runs on: the `uvicorn` extra of pyproject.toml.
 UVICORN_EXTRA = ("uvicorn", "uvloop", "httptools")
 
@@ -99,6 +102,27 @@ def roster_refresh_loop(stop: threading.Event) -> None:
             )
 
 
+def records_loop(stop: threading.Event, urls: list[str]) -> None:
+    """Keep this server's instance and binding records current (a project bound since, a record deleted by
+    hand) until the server stops; `forge_core.instances` says what they are for."""
+    while True:
+        try:
+            writers.publish()  # the database is read here, off the server's event loop
+        except DatabaseError:
+            logger.exception("could not list the bound project files; will try again")
+        if stop.wait(BINDING_REFRESH_SECONDS):
+            return
+        close_old_connections()
+        publish_instance(urls)
+
+
+def publish_instance(urls: list[str]) -> None:
+    try:
+        instances.publish_instance(settings.FORGE_DATA_DIR, urls)
+    except (instances.UnsafeFolder, OSError) as exc:
+        logger.warning("cannot write this server's instance record (%s); mcp_stdio needs --url to find it", exc)
+
+
 def recover_contracts(stdout) -> None:
     """Before serving: contracts an ended process left in flight go to reconciliation, never re-sent."""
     for contract in recover(actor="startup"):
@@ -129,6 +153,8 @@ def start_serving_work(stdout: OutputWrapper, urls: list[str], stop: threading.E
         threading.Thread(target=checkpoint_loop, args=(stop,), name="audit-checkpoints", daemon=True).start()
     threading.Thread(target=expiry_loop, args=(stop,), name="confirmation-expiry", daemon=True).start()
     threading.Thread(target=roster_refresh_loop, args=(stop,), name="roster-refresh", daemon=True).start()
+    publish_instance(urls)  # before the first client looks: mcp_stdio finds the server through it
+    threading.Thread(target=records_loop, args=(stop, urls), name="instance-records", daemon=True).start()
     loop = asyncio.get_event_loop()  # the server's: it has made its loop the current one before this runs
     # Rosters signed elsewhere and dropped into FORGE_ROSTER_DIR/incoming/ (its database work runs in a thread
     # of its own).
@@ -241,6 +267,7 @@ class Command(BaseCommand):
                 ).run()
         finally:
             stop.set()
+            instances.withdraw(settings.FORGE_DATA_DIR)
 
 
 def check_uvicorn_options(tls_port: int, no_http: bool) -> None:
