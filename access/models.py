@@ -115,6 +115,9 @@ class McpSession(models.Model):
     transport = models.CharField(max_length=20, choices=Transport.choices)
     protocol_version = models.CharField(max_length=20, blank=True)
     client_info = models.JSONField(default=dict, blank=True)
+    # What the client declared it can do at initialize (sampling, elicitation, ...): a tool may ask the client
+    # only for what it declared (`mcp_api.dialogue`), and any process may serve the asking call.
+    client_capabilities = models.JSONField(default=dict, blank=True)
     initialized = models.BooleanField(default=False)
     context_generation = models.PositiveIntegerField(default=0)
     # The least severe MCP log level (RFC 5424's name) the client asked for with logging/setLevel; empty until

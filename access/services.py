@@ -163,18 +163,24 @@ def do_open_session(
     protocol_version: str = "",
     client_info: dict | None = None,
     initialized: bool = False,
+    client_capabilities: dict | None = None,
 ) -> McpSession:
     """Open a session for a token, and audit it; refused (`limits.LimitReached`, audited) when the token holds
     its cap of open sessions, or of stateless handles."""
     try:
-        return _open_session(token, transport, protocol_version, client_info, initialized)
+        return _open_session(token, transport, protocol_version, client_info, initialized, client_capabilities)
     except limits.LimitReached as refused:
         limits.record_limit_reached(token, refused, transport=str(transport))
         raise
 
 
 def _open_session(
-    token: ClientToken, transport: Transport, protocol_version: str, client_info: dict | None, initialized: bool
+    token: ClientToken,
+    transport: Transport,
+    protocol_version: str,
+    client_info: dict | None,
+    initialized: bool,
+    client_capabilities: dict | None = None,
 ) -> McpSession:
     with transaction.atomic():
         limits.check_session_cap(token, transport)
@@ -184,6 +190,7 @@ def _open_session(
             transport=transport,
             protocol_version=protocol_version,
             client_info=client_info or {},
+            client_capabilities=client_capabilities or {},
             initialized=initialized,
         )
         notify_console("sessions")

@@ -248,6 +248,9 @@ FORGE_OVERRIDE_SECURITIES = envbool("FORGE_OVERRIDE_SECURITIES", False)  # read 
 FORGE_MAX_BODY_BYTES = envint("FORGE_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
 FORGE_SSE_KEEPALIVE_SECONDS = envfloat("FORGE_SSE_KEEPALIVE_SECONDS", 15.0, minimum=0.05)
 FORGE_STREAM_RECHECK_SECONDS = envfloat("FORGE_STREAM_RECHECK_SECONDS", 300.0, minimum=0.05)
+# How long a tool call waits for its client to answer a request it sent (sampling, elicitation) before it
+# cancels the request and the tool is told so (mcp_api.dialogue); the wait holds no worker thread.
+FORGE_CLIENT_REQUEST_SECONDS = envfloat("FORGE_CLIENT_REQUEST_SECONDS", 120.0, minimum=0.05)
 FORGE_TOOLS_PAGE_SIZE = envint("FORGE_TOOLS_PAGE_SIZE", 50, minimum=1)
 # A JSON-RPC batch with more messages than this is refused whole (-32600), before any of it is answered.
 FORGE_MAX_BATCH = envint("FORGE_MAX_BATCH", 50, minimum=1)

@@ -36,7 +36,7 @@ from mcp_api import jsonrpc
 from mcp_api.jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, RpcError, encode
 from mcp_api.revisions import SUBSCRIPTION_ID_META_KEY
 from mcp_api.transports import answers, legacy_sse, streamable, upkeep
-from mcp_api.transports.core import Exchange, Reply, StreamPlan, WaitPlan
+from mcp_api.transports.core import ConversationPlan, Exchange, Reply, StreamPlan, WaitPlan
 
 logger = logging.getLogger("forge.mcp")
 
@@ -63,6 +63,15 @@ def progress_notification(token: Any, progress: int) -> dict[str, Any]:
             "message": "Waiting for an operator to approve or deny this change in the Forge console.",
         },
     }
+
+
+async def _leave(layer: Any, channel: str, groups: list[str], pending: list[asyncio.Future]) -> None:
+    """The end of a call held on its stream: what it still waited for is cancelled, its groups are left."""
+    for waiting in pending:
+        waiting.cancel()
+    for group in groups:
+        with contextlib.suppress(Exception):
+            await layer.group_discard(group, channel)
 
 
 def _audit_origin_refusal(path: str, reason: str) -> None:
@@ -171,6 +180,8 @@ class McpHttpConsumer(EventStreamConsumer):
                 await layer.group_send(group, {"type": "mcp.message", "json": encode(message).decode()})
         for group in reply.cancel:
             await get_channel_layer().group_send(group, {"type": "mcp.cancelled"})
+        for group, response in reply.replies:
+            await get_channel_layer().group_send(group, {"type": "mcp.client_reply", "json": encode(response).decode()})
         if reply.stream is not None:
             # The stream's principal authenticated with this certificate if there is one (it decides alone).
             reply.stream.certificate = exchange.client_cert_chain
@@ -182,6 +193,8 @@ class McpHttpConsumer(EventStreamConsumer):
             await self.open_stream(reply.stream, reply.headers)
         elif reply.wait is not None:
             await self.wait_for_decision(reply)
+        elif reply.conversation is not None:
+            await self.converse(reply.conversation)
         else:
             await self.send_reply(reply)
 
@@ -219,11 +232,7 @@ class McpHttpConsumer(EventStreamConsumer):
             )
             last = sse_event(encode(jsonrpc.error(wait.request_id, failed)).decode())
         finally:
-            for pending in (*received, disconnect):
-                pending.cancel()
-            for group in groups:
-                with contextlib.suppress(Exception):
-                    await layer.group_discard(group, channel)
+            await _leave(layer, channel, groups, [*received, disconnect])
         if last is not None:
             await self.send_body(last, more=False)
 
@@ -268,6 +277,97 @@ class McpHttpConsumer(EventStreamConsumer):
             notification = progress_notification(wait.progress_token, progress)
             await self.send_body(sse_event(encode(notification).decode()), more=True)
         return sse_event(encode(final).decode())
+
+    async def converse(self, plan: ConversationPlan) -> None:
+        """Carry on a conversing tool's call on its SSE answer (`mcp_api.dialogue`): send what each step says,
+        run the next step in the pool, and wait on the event loop (never in a worker) for the client's answer to
+        a request until it comes, the client cancels the call or goes away, or FORGE_CLIENT_REQUEST_SECONDS pass
+        (the request is then cancelled and the tool told). The stream ends with the call's answer, or with none
+        when the client cancelled the call, as cancellation asks."""
+        conversation = plan.conversation
+        layer = get_channel_layer()
+        channel = await layer.new_channel()
+        joined = [plan.cancel_group]
+        await layer.group_add(plan.cancel_group, channel)
+        await self.send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        disconnect = asyncio.ensure_future(self.wait_for_disconnect())
+        received: list[asyncio.Future] = []
+        said = plan.first
+        last: bytes | None = None
+        try:
+            while True:
+                if said.notes:
+                    await self.send_body(_events(said.notes), more=True)
+                if said.ended:
+                    last = sse_event(encode(conversation.final(said)).decode())
+                    break
+                asked = said.request
+                if asked is not None:
+                    await layer.group_add(said.reply_group, channel)
+                    joined.append(said.reply_group)
+                    await self.send_body(sse_event(encode(asked).decode()), more=True)
+                seconds = conversation.seconds if asked is not None else said.pause
+                event = await self.client_event(layer, channel, disconnect, received, seconds, asked)
+                if event in ("gone", "cancelled"):
+                    await in_pool(conversation.abandon)("client_gone" if event == "gone" else "client_cancelled")
+                    last = b"" if event == "cancelled" else None
+                    break
+                if asked is None:
+                    said = await in_pool(conversation.advance)()
+                elif event == "timeout":
+                    cancel = {"requestId": asked["id"], "reason": "The client did not answer in time."}
+                    notice = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel}
+                    await self.send_body(sse_event(encode(notice).decode()), more=True)
+                    said = await in_pool(conversation.timed_out)()
+                else:
+                    said = await in_pool(conversation.answered)(event)
+        except Exception:
+            logger.exception("a conversing tool call failed; its stream ends with an error")
+            failed = RpcError(INTERNAL_ERROR, "Internal error. The server logged it; try again.")
+            last = sse_event(encode(jsonrpc.error(conversation.request_id, failed)).decode())
+        finally:
+            await _leave(layer, channel, joined, [*received, disconnect])
+        if last is not None:
+            await self.send_body(last, more=False)
+
+    async def client_event(
+        self,
+        layer: Any,
+        channel: str,
+        disconnect: asyncio.Future,
+        received: list[asyncio.Future],
+        seconds: float,
+        asked: dict[str, Any] | None,
+    ) -> Any:
+        """What ends one wait of a conversation: the client's response to `asked` (the message), "cancelled",
+        "gone", or "timeout" after `seconds`; keep-alive comments go out meanwhile. A late answer to an earlier
+        request is ignored."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return "timeout"
+            # One receive stays pending across waits: cancelling a layer receive can drop its message.
+            if not received:
+                received.append(asyncio.ensure_future(layer.receive(channel)))
+            timeout = min(remaining, settings.FORGE_SSE_KEEPALIVE_SECONDS)
+            done, _ = await asyncio.wait(
+                {received[0], disconnect}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+            if disconnect in done:
+                return "gone"
+            if received[0] not in done:
+                if loop.time() < deadline:
+                    await self.send_body(b": keep-alive\n\n", more=True)
+                continue
+            event = received.pop().result()
+            if event.get("type") == "mcp.cancelled":
+                return "cancelled"
+            if event.get("type") == "mcp.client_reply" and asked is not None:
+                message = json.loads(event["json"])
+                if message.get("id") == asked["id"]:
+                    return message
 
     async def wait_for_disconnect(self) -> None:
         while (await self.receive())["type"] != "http.disconnect":

@@ -25,7 +25,7 @@ from access.models import ClientToken, McpSession
 from audit.models import EventKind
 from audit.services import record
 from forge_core.errors import AuditUnavailable, Refusal
-from mcp_api import completions, prompts, registry, resources, tasks, tracing
+from mcp_api import completions, dialogue, prompts, registry, resources, tasks, tracing
 from mcp_api import logging as client_logging
 from mcp_api.consent import MCP_OFF
 from mcp_api.jsonrpc import INTERNAL_ERROR, METHOD_NOT_FOUND, RpcError, error, refusal_error, result
@@ -78,6 +78,11 @@ class CallContext:
     target: Project | None = None  # the project a tool's arguments name, resolved by the registry
     audit_project: str = ""  # a project a tool reached without naming it: what the audit row names
     awaiting: str | None = None  # a confirmation the call created: the transport may wait for its decision
+    # Set by the transport: whether this call's answer is an event stream a conversing tool may talk on, and
+    # the progress token the call sent (`mcp_api.dialogue`); a conversation the call began, to carry on.
+    can_converse: bool = False
+    progress_token: Any = None
+    conversation: Any = None
     # The notifications/message the exchange's calls queued (`mcp_api.logging.emit`): the transport sends them
     # before the answer, on the call's own event stream or the session's.
     messages: list[dict[str, Any]] = field(default_factory=list)
@@ -178,6 +183,42 @@ def _tools_call(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
         return refused_result(MCP_OFF)
     # How a governed call's pending confirmation reaches this client: by what it declared (`mcp_api.tasks`).
     form = tasks.form_for(ctx, params) if tool.waits_for_operator else tasks.PENDING
+    if dialogue.converses(tool):
+        return _converse(ctx, tool, arguments, form)
+    return _conclude(ctx, tool, arguments, form, lambda: tool.run(ctx, arguments))
+
+
+def _converse(ctx: CallContext, tool: registry.Tool, arguments: registry.Arguments, form: tasks.Form) -> dict[str, Any]:
+    """Begin a conversing tool's call (`mcp_api.dialogue`): its first step runs here; if it asks or reports
+    something, the transport carries the call on (`ctx.conversation`) and this answer is not sent."""
+    if not tool.read_only:
+        raise TypeError(f"{tool.name} converses with its client, so it may only read (no transaction spans steps)")
+    try:
+        steps: Any = tool.run(ctx, arguments)  # admission; the tool's own code has not started
+    except Exception as refused:
+        return _conclude(ctx, tool, arguments, form, dialogue.raising(refused))
+    conversation = dialogue.Conversation(
+        ctx,
+        steps,
+        conclude=lambda produce: _conclude(ctx, tool, arguments, form, produce),
+        shape=lambda value: shape_result(ctx.revision, value),
+    )
+    if not ctx.can_converse:
+        return conversation.run_through()
+    said = conversation.advance()
+    if said.failure is not None:
+        raise said.failure
+    if said.result is not None:
+        ctx.messages[:0] = said.notes
+        return said.result
+    ctx.conversation = (conversation, said)
+    return {}
+
+
+def _conclude(
+    ctx: CallContext, tool: registry.Tool, arguments: registry.Arguments, form: tasks.Form, produce: Callable[[], Any]
+) -> dict[str, Any]:
+    """A call's end: the handler's value (`produce`) or its refusal as the tool's result, and the audit row."""
     refused: Refusal | None = None
     try:
         # A tool that changes something commits with its audit row: if the row cannot be written, whatever the
@@ -193,7 +234,7 @@ def _tools_call(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
                         "resumed",
                     )
                 else:
-                    answer, outcome = tool_result(tool.run(ctx, arguments)), "ok"
+                    answer, outcome = tool_result(produce()), "ok"
             except AuditUnavailable:
                 raise  # the transaction is lost: nothing the handler did may stay
             except Refusal as refusal:

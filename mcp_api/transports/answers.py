@@ -15,12 +15,30 @@ from confirmations.services import do_cancel_confirmations, expire_due, outcome_
 from mcp_api import jsonrpc
 from mcp_api.protocol import CallContext, respond, shape_result, tool_result
 from mcp_api.tools.common import outcome_result
-from mcp_api.transports.core import ERROR_STATUS, EVENT_STREAM, JSON, Exchange, Reply, WaitPlan, request_group
+from mcp_api.transports.core import (
+    ERROR_STATUS,
+    EVENT_STREAM,
+    JSON,
+    ConversationPlan,
+    Exchange,
+    Reply,
+    WaitPlan,
+    request_group,
+)
 
 
 def answer(exchange: Exchange, ctx: CallContext, message: dict[str, Any]) -> Reply:
-    """Answer one request; on the stateless revision an error answer carries its HTTP status too."""
+    """Answer one request; on the stateless revision an error answer carries its HTTP status too. A call whose
+    tool converses with the client goes on as a `ConversationPlan` once its first step has said something."""
+    # Only a session's POST that takes an event stream can carry a tool's requests to its client.
+    ctx.can_converse = not ctx.stateless and ctx.session is not None and exchange.accepts(EVENT_STREAM)
+    ctx.progress_token = _progress_token(message)
     answered = respond(ctx, message)
+    if ctx.conversation is not None and "result" in answered:
+        conversation, first = ctx.conversation
+        conversation.request_id = message["id"]
+        cancel_group = request_group(ctx.token, ctx.session_id, message["id"])
+        return Reply(status=200, conversation=ConversationPlan(conversation, first, cancel_group))
     status = 200
     if ctx.stateless and "error" in answered:
         status = ERROR_STATUS.get(answered["error"]["code"], 200)

@@ -152,6 +152,16 @@ class WaitPlan:
 
 
 @dataclass(slots=True)
+class ConversationPlan:
+    """A tool call that talks with its client while it runs (`mcp_api.dialogue`): the consumer carries it on
+    its SSE answer from what its first step said; the client's notifications/cancelled arrive in `cancel_group`."""
+
+    conversation: Any
+    first: Any
+    cancel_group: str
+
+
+@dataclass(slots=True)
 class Reply:
     status: int = 200
     body: Any = None
@@ -162,6 +172,9 @@ class Reply:
     # (group, message) pairs to publish; a batch's answers go as one list, as the client sent them.
     deliver: list[tuple[str, dict[str, Any] | list[dict[str, Any]]]] = field(default_factory=list)
     cancel: list[str] = field(default_factory=list)  # request groups told their request was cancelled
+    conversation: ConversationPlan | None = None
+    # (reply group, response) pairs: the client's answers to requests a conversing tool sent it.
+    replies: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     # Notifications that go before the answer on its event stream (`sse`, or a wait): the call's log messages.
     notes: list[dict[str, Any]] = field(default_factory=list)
 

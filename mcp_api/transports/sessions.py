@@ -23,6 +23,7 @@ def session_context(token: ClientToken, session: McpSession, transport: Transpor
         transport=transport,
         session=session,
         client_info=session.client_info,
+        client_capabilities=session.client_capabilities if isinstance(session.client_capabilities, dict) else {},
     )
 
 

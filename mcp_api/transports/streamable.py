@@ -13,6 +13,7 @@ from typing import Any
 from access import limits, services
 from access.models import BROADCAST_GROUP, ClientToken, McpSession, Transport, session_group, token_group
 from mcp_api import jsonrpc
+from mcp_api.dialogue import reply_group
 from mcp_api.jsonrpc import INVALID_REQUEST, RpcError
 from mcp_api.revisions import HANDSHAKE_REVISIONS
 from mcp_api.transports import stateless
@@ -60,6 +61,9 @@ def handle_post(exchange: Exchange) -> Reply:
         return _initialize(exchange, token, message)
     session = _require_session(exchange, token)
     ctx = session_context(token, session, Transport.STREAMABLE_HTTP)
+    if kind == "response":
+        # The answer to a request a conversing tool sent this session: to the call that waits for it.
+        return Reply(status=202, replies=[(reply_group(token, session.id, message["id"]), message)])
     if kind != "request":
         client_notification(ctx, message)
         return Reply(status=202, cancel=cancelled_requests(token, session.id, [message]))
@@ -90,8 +94,13 @@ def _initialize(exchange: Exchange, token: ClientToken, message: dict[str, Any])
             message["id"],
         )
     revision, client_info = initialize_params(message)
+    declared = (message.get("params") or {}).get("capabilities")
     session = services.do_open_session(
-        token, transport=Transport.STREAMABLE_HTTP, protocol_version=revision, client_info=client_info
+        token,
+        transport=Transport.STREAMABLE_HTTP,
+        protocol_version=revision,
+        client_info=client_info,
+        client_capabilities=declared if isinstance(declared, dict) and len(jsonrpc.encode(declared)) <= 16_384 else {},
     )
     answered = jsonrpc.result(message["id"], initialize_result(revision))
     return Reply(status=200, body=answered, headers={"Mcp-Session-Id": session.id})
