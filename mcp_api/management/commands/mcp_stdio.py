@@ -1,12 +1,20 @@
-"""`python manage.py mcp_stdio --url URL`: an MCP stdio server that relays to a running Forge server.
+"""`python manage.py mcp_stdio`: an MCP stdio server for clients that only start local servers (Claude Desktop).
 
-Clients that only start local (stdio) servers, such as Claude Desktop, run this command. It reads
-newline-delimited JSON-RPC messages on stdin and posts each to the server's Streamable HTTP endpoint
-with the client token, writes every answer (JSON or SSE) to stdout as one line, keeps the session id
-the server gave, relays the session's GET stream (server notifications) to stdout, and ends the session
-when stdin closes. The running server stays the single writer and does all checks; this bridge holds
-no state but the session id. The token comes from `--token-file` or FORGE_MCP_TOKEN, never the command
-line (other users can read a process's arguments).
+It reads newline-delimited JSON-RPC messages on stdin and writes every answer to stdout, one line each. Its modes
+(docs/PROTOCOL.md, *stdio*):
+
+- `--url URL`: relays every message to that server's Streamable HTTP endpoint with the client token (JSON or
+  SSE answers, the session id the server gave, the session's GET stream of server notifications), and ends the
+  session when stdin closes.
+- no `--url`: the same, to the server of this data folder, which `runmcp`'s instance record names
+  (`forge_core.instances`); the record is looked up again before every message, so a bridge started before its
+  server answers unbound (`mcp_api.stdio_local`) and connects once the server is up, and goes back to unbound
+  when it stops. With several servers of one data folder it refuses to choose.
+- `--offline-project FILE`: the project reads over a local PLCopen file, never connecting (`mcp_api.stdio_local`).
+
+The running server stays the single writer and does all checks; a change cut off by a broken connection is
+reported, never sent again. The token comes from `--token-file` (refused unless 0600) or FORGE_MCP_TOKEN, never
+the command line (other users can read a process's arguments).
 
 Over HTTPS (`--url https://...`) the bridge checks the server against `--ca` (the server's own certificate, which
 the console's dashboard and `server_info` describe, or a CA bundle; the system's CAs without it). A team member
