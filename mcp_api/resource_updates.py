@@ -5,6 +5,9 @@ The change is seen where it is made (the project's row or its draft's saved, in 
 a tool call, an operator's approval, a management command) and announced once its transaction commits,
 through the channel layer to each subscribed session's group (`forge_core.live.notify_streams`, which also
 reaches the server from a management command). Receivers connect in `McpApiConfig.ready`.
+
+A subscription lives as long as its session; the rows of sessions that have ended are deleted by
+`prune_ended`, which `runmcp` runs every few minutes (a session ends in `access`, which may not know this app).
 """
 
 from __future__ import annotations
@@ -51,3 +54,18 @@ def announce(project_id: int, *, draft_only: bool) -> int:
         notify_streams(session_group(session_id), "mcp.message", json=encode(message).decode())
         told += 1
     return told
+
+
+PRUNE_BATCH = 1000
+
+
+def prune_ended() -> int:
+    """Delete the subscriptions of sessions that have ended, a batch at a time (each a short transaction);
+    returns how many were deleted. Nothing is announced to an ended session, so they only take room."""
+    deleted = 0
+    while True:
+        ended = ResourceSubscription.objects.filter(session__ended_at__isnull=False)
+        batch = list(ended.values_list("pk", flat=True)[:PRUNE_BATCH])
+        if not batch:
+            return deleted
+        deleted += ResourceSubscription.objects.filter(pk__in=batch).delete()[0]
