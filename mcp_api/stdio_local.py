@@ -224,6 +224,8 @@ class LocalServer:
     def not_offered(self, tool: registry.Tool) -> Refusal:
         if self.mode == UNBOUND and self.several:
             return Refusal("FORGE_ERR_SEVERAL_SERVERS", f"{tool.name} was not sent: {self.several}", mode=UNBOUND)
+        if self.mode == UNBOUND and self.note:
+            return Refusal("FORGE_ERR_NO_SERVER", f"{tool.name} was not sent: {self.note}", mode=UNBOUND)
         if self.mode == UNBOUND:
             return Refusal(
                 "FORGE_ERR_NO_SERVER",

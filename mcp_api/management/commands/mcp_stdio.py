@@ -326,9 +326,16 @@ class Dynamic:
         if replay and self.initialize is not None:
             try:
                 bridge.open_session(self.initialize)
-            except httpx.HTTPError:
+            except httpx.HTTPError as exc:
                 bridge.close()
-                return  # not ready yet, or refusing: the next message looks again
+                # Not ready yet, refusing, or HTTPS only (this mode speaks plain HTTP to the loopback server): the
+                # next message looks again; meanwhile the unbound answers say why.
+                self.local.note = unreachable(instance.mcp_url, exc) + (
+                    " This mode speaks plain HTTP: for an HTTPS-only server give --url and --ca."
+                    if instance.mcp_url.startswith("https://")
+                    else ""
+                )
+                return
         self.bridge, self.instance, self.replayed = bridge, instance, replay
         self.local.note = ""
         if replay:
