@@ -102,7 +102,7 @@ async def test_a_bridge_started_before_the_server_answers_unbound_then_promotes_
             told.set()
 
     with scratch_database() as database:
-        env, token = prepare(data_dir, **database)
+        env, token = prepare(data_dir, **database, FORGE_RUNTIME_DIR=str(tmp_path / "runtime"))
         params = bridge(env, "--token-file", str(token_file(tmp_path, token)))
         with anyio.fail_after(120):
             async with Client(stdio_client(params), mode="legacy", message_handler=on_message) as client:
@@ -118,6 +118,9 @@ async def test_a_bridge_started_before_the_server_answers_unbound_then_promotes_
                     projects = await client.call_tool("project.list", {})
                     record = data_dir / "instances" / f"{server.pid}.json"
                     assert record.exists()
+                    binding = tmp_path / "runtime" / f"{instances.data_fingerprint(data_dir)[:32]}-{server.pid}.json"
+                    while not binding.exists():  # written by the server's records thread once it serves
+                        await anyio.sleep(0.1)
 
                 after_stop = structured(await client.call_tool("session.status", {}))
 
@@ -135,7 +138,8 @@ async def test_a_bridge_started_before_the_server_answers_unbound_then_promotes_
     assert "change_group.begin" in tools
     assert not projects.is_error
 
-    assert not record.exists()  # a clean stop removes the record
+    assert not record.exists()  # a clean stop removes both records
+    assert not binding.exists()
     assert after_stop["mode"] == "unbound"
     assert "went away" in after_stop["note"]
 
