@@ -708,15 +708,26 @@ class _Declared:
     type_name: str | None  # a <derived> type's name, casefolded; None for any other type
 
 
-def _declared(variables: list[tuple[str, etree._Element]]) -> dict[str, _Declared]:
-    declared: dict[str, _Declared] = {}
-    for section, variable in variables:
-        content = first_element(variable.find(q("type")))
-        type_name = _name(content).casefold() if content is not None and local_name(content) == "derived" else None
-        holder = variable.getparent()
-        constant = holder is not None and holder.get("constant", "") in ("true", "1")
-        declared.setdefault(_name(variable).casefold(), _Declared(section, constant, type_name))
-    return declared
+class _Declarations:
+    """A POU's variables by casefolded name; what the call and assignment checks need of one (section,
+    CONSTANT, type) is read from the XML only for the names the code calls or assigns."""
+
+    def __init__(self, variables: list[tuple[str, etree._Element]]) -> None:
+        self.variables: dict[str, tuple[str, etree._Element]] = {}
+        for section, variable in variables:
+            self.variables.setdefault(_name(variable).casefold(), (section, variable))
+        self.read: dict[str, _Declared] = {}
+
+    def get(self, key: str) -> _Declared | None:
+        found = self.read.get(key)
+        if found is None and key in self.variables:
+            section, variable = self.variables[key]
+            content = first_element(variable.find(q("type")))
+            type_name = _name(content).casefold() if content is not None and local_name(content) == "derived" else None
+            holder = variable.getparent()
+            constant = holder is not None and holder.get("constant", "") in ("true", "1")
+            found = self.read[key] = _Declared(section, constant, type_name)
+        return found
 
 
 def _check_st(pou: etree._Element, project: _Project) -> None:
@@ -724,10 +735,10 @@ def _check_st(pou: etree._Element, project: _Project) -> None:
     kind = _POU_KINDS.get(pou.get("pouType", ""), "POU")
     interface = pou.find(q("interface"))
     variables = list(_sections(interface))
-    declared = _declared(variables)
+    declared = _Declarations(variables)
     parts = {str(n).casefold() for n in _xpath(pou, "p:actions/p:action/@name | p:transitions/p:transition/@name")}
     known = (
-        declared.keys()
+        declared.variables.keys()
         | project.global_names
         | project.pous.keys()
         | project.data_types.keys()
@@ -741,6 +752,7 @@ def _check_st(pou: etree._Element, project: _Project) -> None:
         known = known | {name.casefold()}
     used: set[str] = set()
     reported: set[tuple[str, str]] = set()
+    judged: set[str] = set()  # an undeclared name once, a declared one once per role
 
     def report(code: str, key: str, source: _StSource, use: st.NameUse, message: str) -> None:
         if (code, key) in reported:
@@ -757,7 +769,14 @@ def _check_st(pou: etree._Element, project: _Project) -> None:
         for use in analysis.uses:
             key = use.name.casefold()
             used.add(key)
-            if not use.checked or iec.is_reserved(use.name):
+            # Most names are declared variables read: judged once per name and role, the rest skipped fast.
+            if not use.checked or (use.role == "read" and key in known):
+                continue
+            judging = key if key not in known else f"{use.role} {key}"
+            if judging in judged:
+                continue
+            judged.add(judging)
+            if iec.is_reserved(use.name):
                 continue
             at = f"{source.where} of {kind} '{name}' (line {use.line}, column {use.column})"
             if key not in known and not iec.is_standard_function(use.name):
@@ -822,7 +841,7 @@ def _report_syntax(project: _Project, pou: etree._Element, source: _StSource, an
         )
 
 
-def _not_callable(project: _Project, declared: dict[str, _Declared], parts: set[str], key: str) -> str | None:
+def _not_callable(project: _Project, declared: _Declarations, parts: set[str], key: str) -> str | None:
     """Why a declared name cannot be called, or None when it can (or the checker cannot tell)."""
     variable = declared.get(key)
     if variable is not None:
@@ -845,9 +864,7 @@ def _not_callable(project: _Project, declared: dict[str, _Declared], parts: set[
     return None
 
 
-def _write_problem(
-    project: _Project, declared: dict[str, _Declared], key: str, name: str, at: str
-) -> tuple[str, str] | None:
+def _write_problem(project: _Project, declared: _Declarations, key: str, name: str, at: str) -> tuple[str, str] | None:
     """(code, message) when assigning the name is wrong: a constant (problem) or an input (advisory)."""
     variable = declared.get(key)
     if (variable is not None and variable.constant) or (variable is None and key in project.global_constants):

@@ -15,7 +15,6 @@ import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import lru_cache
 from types import MappingProxyType
 
 # The standard only requires six significant characters and leaves the maximum to the implementation;
@@ -469,7 +468,6 @@ _TEMPORAL_BODY = {
     "date": re.compile(r"[0-9:._-]*"),
     "tod": re.compile(r"[0-9:._]*"),
 }
-_PRAGMA_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TEMPORAL_PREFIX = {
     "T": "time",
     "TIME": "time",
@@ -567,23 +565,6 @@ def _typed_literal_end(text: str, prefix: str, pos: int) -> int:
     pattern = _TEMPORAL_BODY[temporal] if temporal else _TYPED_VALUE
     match = pattern.match(text, pos)
     return match.end() if match else pos
-
-
-@dataclass(frozen=True, slots=True)
-class StScan:
-    """What the checks read from one ST text: its identifiers, and the words of its pragmas."""
-
-    identifiers: tuple[IdentifierToken, ...]
-    pragma_words: frozenset[str]
-
-
-@lru_cache(maxsize=16384)
-def scan_st(text: str) -> StScan:
-    """`tokenize_st` and the pragmas' words of a text, remembered per text: a project's bodies are checked
-    again after every change to it (a draft's stage call), and all but the changed ones are the same."""
-    pragmas = (lexeme.text for lexeme in lex_st(text) if lexeme.kind == "pragma")
-    words = frozenset(word.casefold() for text_ in pragmas for word in _PRAGMA_WORD.findall(text_))
-    return StScan(identifiers=tuple(tokenize_st(text)), pragma_words=words)
 
 
 def tokenize_st(text: str) -> Iterator[IdentifierToken]:
