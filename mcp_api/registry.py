@@ -42,7 +42,8 @@ if TYPE_CHECKING:
 AUTHORING_GUIDANCE = (
     "How to change a project: read it first (project.overview, project.find, project.get_element); "
     "change_group.begin with a title and rationale; change_group.check your operations; change_group.stage "
-    "them in small batches; fix the findings each answer reports; then change_group.submit. A person reviews "
+    "them in small batches; fix the findings each answer reports (those in ST code name the body, line and "
+    "column); then change_group.submit. A person reviews "
     "the working draft and decides in the Forge console: never tell the user a change is in the project "
     "before that."
 )
