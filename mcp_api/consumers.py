@@ -472,6 +472,17 @@ class McpHttpConsumer(EventStreamConsumer):
             notification["params"] = {"_meta": {SUBSCRIPTION_ID_META_KEY: self.plan.subscription_id}}
         await self.send_event(notification)
 
+    async def mcp_resources_changed(self, event: dict[str, Any]) -> None:
+        """A project's accepted file (and so everything read from it) or only its draft changed: a listen stream
+        following one of its resources hears `notifications/resources/updated` for each address it follows."""
+        plan = self.plan
+        if plan is None:
+            return
+        for uri, (project_id, is_draft) in plan.resources.items():
+            if project_id == event.get("project") and (is_draft or not event.get("draft_only")):
+                params = {"uri": uri, "_meta": {SUBSCRIPTION_ID_META_KEY: plan.subscription_id}}
+                await self.send_event({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": params})
+
     async def mcp_revoked(self, event: dict[str, Any]) -> None:
         await self.end_stream()
 

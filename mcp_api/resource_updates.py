@@ -42,8 +42,16 @@ def _draft_saved(sender: type[WorkingDraft], instance: WorkingDraft, created: bo
     transaction.on_commit(lambda: announce(instance.project_id, draft_only=True))
 
 
+def listeners_group(project_id: int) -> str:
+    """The channel-layer group of the 2026-07-28 `subscriptions/listen` streams following a resource of the
+    project: they hold no rows, so each is told what changed and picks its own addresses out of it."""
+    return f"mcp.resources.{project_id}"
+
+
 def announce(project_id: int, *, draft_only: bool) -> int:
-    """Tell each open session subscribed to a changed resource of the project; returns how many were told."""
+    """Tell each open session subscribed to a changed resource of the project, and the listen streams following
+    one; returns how many sessions were told."""
+    notify_streams(listeners_group(project_id), "mcp.resources_changed", project=project_id, draft_only=draft_only)
     subscriptions = ResourceSubscription.objects.filter(project_id=project_id, session__ended_at__isnull=True)
     if draft_only:
         subscriptions = subscriptions.filter(uri__endswith="/draft.xml")

@@ -337,6 +337,29 @@ def _pou_body(project: Project, pou: str) -> str:
 # --- resources/subscribe and resources/unsubscribe -------------------------------------------------------
 
 
+def listened_resource(ctx: CallContext, uri: Any, params: dict[str, Any]) -> tuple[int, bool] | None:
+    """What one address of a 2026-07-28 `subscriptions/listen`'s `resourceSubscriptions` follows: the project's
+    id and whether only its draft is named, for a project resource this call may read (the same gates as
+    resources/subscribe, audited as `subscriptions/listen`); None for an open resource (the guidelines change
+    only with the server). Refused as resources/subscribe refuses."""
+    if not isinstance(uri, str) or not uri:
+        raise RpcError(
+            INVALID_PARAMS, "Invalid params: resourceSubscriptions holds resource addresses from resources/list."
+        )
+    address = parse(uri)
+    arguments = {"uri": uri[:500], "project": address.slug[:100] if address else ""}
+
+    def follow() -> tuple[int, bool] | None:
+        if is_open(uri):
+            return None
+        if address is None:
+            raise _unknown(ctx, uri)
+        project = granted_project(ctx, address.slug, params)
+        return project.pk, address.file == "draft"
+
+    return audited(ctx, "subscriptions/listen", arguments, follow, not_found=resource_not_found(ctx))
+
+
 def resources_subscribe(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
     uri = _uri_of(params)
     address = parse(uri)

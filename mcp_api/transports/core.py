@@ -133,6 +133,9 @@ class StreamPlan:
     # Streamable HTTP client that saw ids would reconnect with Last-Event-ID, which is refused, and stop
     # listening; without ids it opens a fresh stream.
     event_ids: bool = False
+    # A listen stream's resourceSubscriptions: each address, with its project's id and whether it is the draft
+    # (which changes on its own as well as with the accepted file).
+    resources: dict[str, tuple[int, bool]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

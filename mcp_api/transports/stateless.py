@@ -23,6 +23,8 @@ from mcp_api.jsonrpc import (
     RpcError,
 )
 from mcp_api.protocol import CallContext
+from mcp_api.resource_updates import listeners_group
+from mcp_api.resources import MAX_SUBSCRIPTIONS_PER_SESSION, listened_resource
 from mcp_api.revisions import (
     CLIENT_CAPABILITIES_META_KEY,
     CLIENT_INFO_META_KEY,
@@ -191,7 +193,10 @@ def _listen(ctx: CallContext, message: dict[str, Any]) -> Reply:
             message["id"],
             status=400,
         )
-    honored = {key: True for key in LISTEN_FILTERS if requested.get(key) is True}
+    honored: dict[str, Any] = {key: True for key in LISTEN_FILTERS if requested.get(key) is True}
+    resources = _listened_resources(ctx, requested.get("resourceSubscriptions"), message)
+    if resources is not None:
+        honored["resourceSubscriptions"] = list(resources)
     subscription_id = message["id"]
     acknowledged = {
         "jsonrpc": "2.0",
@@ -201,13 +206,47 @@ def _listen(ctx: CallContext, message: dict[str, Any]) -> Reply:
             "_meta": {"io.modelcontextprotocol/subscriptionId": subscription_id},
         },
     }
+    followed = {uri: found for uri, found in (resources or {}).items() if found is not None}
+    projects = sorted({project_id for project_id, _ in followed.values()})
     plan = StreamPlan(
         token_id=ctx.token.pk,
         token_expires_at=ctx.token.expires_at,
-        groups=[token_group(ctx.token.pk), BROADCAST_GROUP],
+        groups=[token_group(ctx.token.pk), BROADCAST_GROUP, *map(listeners_group, projects)],
+        # A stream following a project's resources holds them through the session handle that was granted
+        # them: it ends with the handle.
+        session_id=(ctx.session_id or None) if followed else None,
         first_events=(("message", jsonrpc.encode(acknowledged).decode()),),
         subscription_id=subscription_id,
-        notifications=frozenset(LISTEN_FILTERS[key] for key in honored),
+        notifications=frozenset(LISTEN_FILTERS[key] for key in honored if key in LISTEN_FILTERS),
         stream_id=limits.do_open_stream(ctx.token),
+        resources=followed,
     )
     return Reply(status=200, stream=plan)
+
+
+def _listened_resources(
+    ctx: CallContext, wanted: Any, message: dict[str, Any]
+) -> dict[str, tuple[int, bool] | None] | None:
+    """The resources a listen asks to follow (`resourceSubscriptions`), each through the gates of
+    resources/subscribe (a project's needs this handle's grant, named in `_meta` as for resources/read); the
+    first one refused refuses the listen, with that refusal."""
+    if wanted is None:
+        return None
+    if not isinstance(wanted, list) or len(wanted) > MAX_SUBSCRIPTIONS_PER_SESSION:
+        raise ExchangeRefused(
+            RpcError(
+                INVALID_PARAMS,
+                "Invalid params: resourceSubscriptions is a list of at most "
+                f"{MAX_SUBSCRIPTIONS_PER_SESSION} resource addresses from resources/list.",
+            ),
+            message["id"],
+            status=400,
+        )
+    params = message.get("params") or {}
+    followed: dict[str, tuple[int, bool] | None] = {}
+    for uri in wanted:
+        try:
+            followed[uri] = listened_resource(ctx, uri, params)
+        except RpcError as refused:
+            raise ExchangeRefused(refused, message["id"], status=ERROR_STATUS.get(refused.code, 200)) from None
+    return followed

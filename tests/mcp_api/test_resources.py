@@ -103,7 +103,7 @@ def subscriptions() -> list[tuple[str, str]]:
 
 
 async def test_initialize_declares_resources_with_subscribe_prompts_and_completions(cast):
-    response = await post(cast.operator.raw_token, initialize_message("2025-11-25"))
+    response = await post(cast.operator.raw_token, initialize_message("2025-06-18"))
 
     assert response.json()["result"]["capabilities"] == {
         "tools": {"listChanged": True},
