@@ -100,7 +100,7 @@ def tool_call_logged(ctx: CallContext, tool: str, outcome: str, refusal: Refusal
                 "confirmation": ctx.awaiting,
             },
         )
-    if outcome == "ok":
+    if refusal is None and outcome != "internal_error":  # "ok", or another answer such as a resumed call's
         project = ctx.target.slug if ctx.target is not None else ctx.audit_project
         data: dict[str, Any] = {"message": f"{tool} answered.", "tool": tool, "outcome": outcome}
         if project:
