@@ -19,6 +19,8 @@ from mcp_api import logging as client_logging
 from mcp_api.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND
 from mcp_api.protocol import CallContext
 from mcp_api.registry import Arguments, Tool
+from mcp_api.tools.writes import register_write_tools, unregister_write_tools
+from projects.services import do_import_project
 from tests.mcp_api.helpers import (
     initialize_message,
     mcp_headers,
@@ -33,6 +35,8 @@ from tests.mcp_api.helpers import (
     stateless_headers,
     stateless_rpc,
 )
+from tests.mcp_api.test_resources import _allow
+from tests.projects.conftest import MAIN, fixture_bytes
 
 pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("mcp_on")]
 
@@ -239,6 +243,26 @@ async def test_another_sessions_level_and_calls_are_not_this_sessions(cast):
     response = await call(token, quiet, "server_info", {})
 
     assert response.headers["content-type"] == "application/json"
+
+
+async def test_a_write_waiting_for_an_operator_is_a_notice_naming_its_confirmation(cast, root, settings):
+    settings.FORGE_OVERRIDE_SECURITIES = True
+    register_write_tools()
+    try:
+        token = cast.operator.raw_token
+        await database_sync_to_async(do_import_project)(fixture_bytes(MAIN), slug="steps", acting_user="tests")
+        session_id = await session_at(token, "notice")
+        await database_sync_to_async(_allow)(session_id, "steps")
+        operation = {"scope": "pou/LineMain", "section": "localVars", "name": "Extra", "type": "INT"}
+
+        response = await call(token, session_id, "project.write.add_variable", {"project": "steps", **operation})
+    finally:
+        unregister_write_tools()
+
+    notice, warning = log_messages(sse_messages(response.body))
+    answer = sse_messages(response.body)[-1]["result"]["structuredContent"]
+    assert (notice["level"], notice["data"]["confirmation"]) == ("notice", answer["pending_id"])
+    assert (warning["level"], warning["data"]["code"]) == ("warning", "FORGE_ERR_CONFIRMATION_REQUIRED")
 
 
 # --- messages elsewhere ------------------------------------------------------------------------------------
