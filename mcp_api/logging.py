@@ -65,15 +65,12 @@ def emit(ctx: CallContext, level: str, logger: str | None, data: Any) -> bool:
     client as given); `logger` names the part of the server speaking, or None."""
     if level not in _RANK:
         raise ValueError(f"{level!r} is not an MCP log level; use one of {', '.join(LEVELS)}")
+    if not hears(ctx, level) or len(ctx.messages) >= MAX_MESSAGES_PER_EXCHANGE:
+        return False
     try:
         json.dumps(data, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"a log message's data must be a JSON value: {exc}") from None
-    session = ctx.session
-    if ctx.stateless or session is None or not session.log_level:
-        return False
-    if _RANK[level] < _RANK.get(session.log_level, len(LEVELS)) or len(ctx.messages) >= MAX_MESSAGES_PER_EXCHANGE:
-        return False
     params: dict[str, Any] = {"level": level, "data": data}
     if logger:
         params["logger"] = logger
@@ -81,7 +78,17 @@ def emit(ctx: CallContext, level: str, logger: str | None, data: Any) -> bool:
     return True
 
 
+def hears(ctx: CallContext, level: str) -> bool:
+    """Whether the session of this call asked for messages at `level` (so a caller can skip building one)."""
+    session = ctx.session
+    if ctx.stateless or session is None or not session.log_level:
+        return False
+    return _RANK.get(level, -1) >= _RANK.get(session.log_level, len(LEVELS))
+
+
 def tool_call_started(ctx: CallContext, tool: str, arguments: Any) -> None:
+    if not hears(ctx, "debug"):
+        return  # the usual case: no work on a call nobody listens to
     names = sorted(str(name)[:100] for name in arguments)[:50] if isinstance(arguments, dict) else []
     emit(ctx, "debug", TOOLS_LOGGER, {"message": f"Calling {tool}.", "tool": tool, "arguments": names})
 

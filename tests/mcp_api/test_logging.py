@@ -326,12 +326,18 @@ async def test_the_legacy_transport_sends_the_messages_before_the_answers_on_its
 
 
 def test_emit_refuses_a_level_that_is_not_one_and_data_that_is_not_json(cast):
-    ctx = CallContext(token=cast.operator.token, revision="2025-11-25", transport="streamable_http")
+    quiet = CallContext(token=cast.operator.token, revision="2025-11-25", transport="streamable_http")
+    session = McpSession(id="s", token=cast.operator.token, log_level="info")
+    listening = CallContext(
+        token=cast.operator.token, revision="2025-11-25", transport="streamable_http", session=session
+    )
 
     with pytest.raises(ValueError, match="not an MCP log level"):
-        client_logging.emit(ctx, "verbose", None, "x")
+        client_logging.emit(quiet, "verbose", None, "x")  # whoever listens
     with pytest.raises(ValueError, match="JSON value"):
-        client_logging.emit(ctx, "info", None, {"when": object()})
+        client_logging.emit(listening, "info", None, {"when": object()})
+    assert client_logging.emit(listening, "debug", None, {"when": object()}) is False  # not built: nobody hears it
+    assert listening.messages == []
 
 
 def test_emit_queues_nothing_without_a_session_or_at_2026_07_28(cast):
