@@ -14,9 +14,11 @@ channel layer, in the request's reply group), the client cancelling the call, th
 `FORGE_CLIENT_REQUEST_SECONDS`. So a client that answers slowly, or never, holds no worker thread and keeps
 no other client waiting, and a stream always ends: with the call's answer, or, cancelled, with none.
 
-Only a Streamable HTTP session's single POST that accepts `text/event-stream` can carry a conversation. For
-any other call (JSON only, a batch, the legacy and stateless transports) the tool runs to its end in its one
-hop: its progress is dropped, and each request it makes raises `FORGE_ERR_CLIENT_UNREACHABLE` inside it.
+Only a Streamable HTTP session's single POST that accepts `text/event-stream` can carry a conversation; at
+the stateless revision (2026-07-28) such a POST carries progress, but the server sends its client no
+requests there, so each raises `FORGE_ERR_CLIENT_UNREACHABLE` inside the tool. For any other call (JSON only,
+a batch, the legacy transport) the tool runs to its end in its one hop: its progress is dropped, and each
+request it makes raises `FORGE_ERR_CLIENT_UNREACHABLE` inside it.
 """
 
 from __future__ import annotations
@@ -238,6 +240,12 @@ class Conversation:
                 )
 
     def _unaskable(self, item: Ask) -> Refusal | None:
+        if self.ctx.stateless:
+            return Refusal(
+                "FORGE_ERR_CLIENT_UNREACHABLE",
+                f"This tool asks the client ({item.method}) while it runs; at revision {self.ctx.revision} the server "
+                "sends no requests to its client. Call it in a session (initialize, revision 2025-11-25).",
+            )
         declared = self.ctx.client_capabilities or {}
         if item.capability in declared:
             return None

@@ -13,6 +13,7 @@ from access.models import session_group
 from confirmations.models import ConfirmationState, PendingConfirmation
 from confirmations.services import do_cancel_confirmations, expire_due, outcome_of
 from mcp_api import jsonrpc
+from mcp_api import logging as client_logging
 from mcp_api.protocol import CallContext, respond, shape_result, tool_result
 from mcp_api.tools.common import outcome_result
 from mcp_api.transports.core import (
@@ -30,14 +31,15 @@ from mcp_api.transports.core import (
 def answer(exchange: Exchange, ctx: CallContext, message: dict[str, Any]) -> Reply:
     """Answer one request; on the stateless revision an error answer carries its HTTP status too. A call whose
     tool converses with the client goes on as a `ConversationPlan` once its first step has said something."""
-    # Only a session's POST that takes an event stream can carry a tool's requests to its client.
-    ctx.can_converse = not ctx.stateless and ctx.session is not None and exchange.accepts(EVENT_STREAM)
+    # Only a POST that takes an event stream can carry a tool's progress (a session's, or at 2026-07-28 any);
+    # requests to the client only a session's (`mcp_api.dialogue`).
+    ctx.can_converse = (ctx.stateless or ctx.session is not None) and exchange.accepts(EVENT_STREAM)
     ctx.progress_token = _progress_token(message)
     answered = respond(ctx, message)
     if ctx.conversation is not None and "result" in answered:
         conversation, first = ctx.conversation
         conversation.request_id = message["id"]
-        cancel_group = request_group(ctx.token, ctx.session_id, message["id"])
+        cancel_group = request_group(ctx.token, "" if ctx.stateless else ctx.session_id, message["id"])
         return Reply(status=200, conversation=ConversationPlan(conversation, first, cancel_group))
     status = 200
     if ctx.stateless and "error" in answered:
@@ -55,6 +57,8 @@ def answer(exchange: Exchange, ctx: CallContext, message: dict[str, Any]) -> Rep
             interval=settings.FORGE_CONFIRM_PROGRESS_SECONDS,
             cancel_group=request_group(ctx.token, "" if ctx.stateless else ctx.session_id, message["id"]),
             principal=ctx.called_by,
+            tool=str((message.get("params") or {}).get("name", ""))[:100],
+            log_decision=client_logging.hears(ctx, "info"),
         )
     if ctx.messages and not sse:
         # The client takes JSON only: its log messages go to the session's stream (GET /mcp) instead.

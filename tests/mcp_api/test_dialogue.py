@@ -25,6 +25,8 @@ from tests.mcp_api.helpers import (
     post,
     registered,
     rpc,
+    stateless_headers,
+    stateless_rpc,
 )
 
 pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("mcp_on")]
@@ -192,3 +194,34 @@ def test_a_conversing_tool_must_only_read():
         _converse(
             CallContext(token=None, revision="2025-11-25", transport="streamable_http"), tool, NoArguments(), None
         )  # type: ignore[arg-type]
+
+
+def counting(ctx: Any, arguments: NoArguments) -> Generator[Any, Any, dict[str, Any]]:
+    """Counts to two, reporting progress."""
+    for done in (1, 2):
+        yield dialogue.pause(0.01)
+        yield dialogue.progress(done, 2)
+    return {"counted": 2}
+
+
+COUNTING = Tool("counting", "Counting", "Counts.", NoArguments, counting)
+
+
+async def test_at_the_stateless_revision_progress_goes_on_the_call_stream_and_no_request_is_sent(cast):
+    token = cast.caretaker.raw_token
+    with registered(COUNTING), registered(ASKING):
+        counted = stateless_rpc("tools/call", {"name": "counting", "arguments": {}}, id=4)
+        counted["params"]["_meta"]["progressToken"] = "c"
+        headers = stateless_headers(token, "tools/call", name="counting")
+        async with open_stream("POST", "/mcp", headers=headers, body=counted) as stream:
+            events = [event.json() for event in await stream.until_closed()]
+        asked = stateless_rpc("tools/call", {"name": "asking", "arguments": {}}, id=5)
+        asked["params"]["_meta"]["progressToken"] = "a"
+        headers = stateless_headers(token, "tools/call", name="asking")
+        async with open_stream("POST", "/mcp", headers=headers, body=asked) as stream:
+            refused = [event.json() for event in await stream.until_closed()]
+    assert [e["params"]["progress"] for e in events[:-1]] == [1, 2]
+    assert events[-1]["result"]["structuredContent"] == {"counted": 2}
+    assert events[-1]["result"]["resultType"] == "complete"
+    assert [e.get("method") for e in refused] == ["notifications/progress", None]
+    assert refused[-1]["result"]["structuredContent"]["error"] == "FORGE_ERR_CLIENT_UNREACHABLE"
