@@ -33,6 +33,7 @@ from forge_core.origin import refusal_reason
 from forge_core.streams import EventStreamConsumer
 from forge_core.workers import in_pool
 from mcp_api import jsonrpc
+from mcp_api import logging as client_logging
 from mcp_api.jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, RpcError, encode
 from mcp_api.revisions import SUBSCRIPTION_ID_META_KEY
 from mcp_api.transports import answers, legacy_sse, streamable, upkeep
@@ -276,6 +277,8 @@ class McpHttpConsumer(EventStreamConsumer):
             progress += 1
             notification = progress_notification(wait.progress_token, progress)
             await self.send_body(sse_event(encode(notification).decode()), more=True)
+        if wait.log_decision and final is not deadline_answer:
+            return _events([client_logging.decision_arrived(wait.tool, final), final])
         return sse_event(encode(final).decode())
 
     async def converse(self, plan: ConversationPlan) -> None:

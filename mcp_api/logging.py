@@ -120,7 +120,7 @@ def tool_call_logged(ctx: CallContext, tool: str, outcome: str, refusal: Refusal
             TOOLS_LOGGER,
             {"message": f"{tool} failed inside the server; nothing it did was kept.", "tool": tool},
         )
-    elif refusal is not None:
+    elif refusal is not None and not ctx.awaiting:  # a pending confirmation's "refusal" is the notice above
         code = refusal.code if isinstance(refusal, Refusal) else outcome
         emit(
             ctx,
@@ -128,3 +128,19 @@ def tool_call_logged(ctx: CallContext, tool: str, outcome: str, refusal: Refusal
             TOOLS_LOGGER,
             {"message": str(refusal.message)[:1000], "tool": tool, "outcome": outcome, "code": code},
         )
+
+
+def decision_arrived(tool: str, answer: dict[str, Any]) -> dict[str, Any]:
+    """The info message a write call waiting on its stream sends before its final answer, once the operator's
+    decision came (the transport asked `hears(ctx, "info")` when the call began)."""
+    structured = (answer.get("result") or {}).get("structuredContent") or {}
+    data = {
+        "message": f"The decision on {tool} arrived; its outcome is the answer that follows.",
+        "tool": tool,
+        "outcome": structured.get("error", "ok") if isinstance(structured, dict) else "ok",
+    }
+    return {
+        "jsonrpc": "2.0",
+        "method": "notifications/message",
+        "params": {"level": "info", "data": data, "logger": TOOLS_LOGGER},
+    }

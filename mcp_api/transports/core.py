@@ -152,6 +152,8 @@ class WaitPlan:
     interval: float
     cancel_group: str  # where the client's notifications/cancelled for this request arrives
     principal: str  # who asked: the one a cancellation is audited as
+    tool: str = ""
+    log_decision: bool = False  # the session hears info: the decision is logged before the final answer
 
 
 @dataclass(slots=True)

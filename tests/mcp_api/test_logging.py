@@ -14,6 +14,8 @@ from channels.db import database_sync_to_async
 
 from access.models import McpSession
 from audit.models import AuditEvent, EventKind
+from confirmations.models import PendingConfirmation
+from confirmations.services import do_deny_confirmation
 from forge_core.errors import Refusal
 from mcp_api import logging as client_logging
 from mcp_api.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND
@@ -245,7 +247,7 @@ async def test_another_sessions_level_and_calls_are_not_this_sessions(cast):
     assert response.headers["content-type"] == "application/json"
 
 
-async def test_a_write_waiting_for_an_operator_is_a_notice_naming_its_confirmation(cast, root, settings):
+async def test_a_write_waiting_for_an_operator_is_one_notice_naming_its_confirmation(cast, root, settings):
     settings.FORGE_OVERRIDE_SECURITIES = True
     register_write_tools()
     try:
@@ -259,10 +261,38 @@ async def test_a_write_waiting_for_an_operator_is_a_notice_naming_its_confirmati
     finally:
         unregister_write_tools()
 
-    notice, warning = log_messages(sse_messages(response.body))
+    [notice] = log_messages(sse_messages(response.body))  # no warning besides: the notice says it all
     answer = sse_messages(response.body)[-1]["result"]["structuredContent"]
+    assert answer["error"] == "FORGE_ERR_CONFIRMATION_REQUIRED"
     assert (notice["level"], notice["data"]["confirmation"]) == ("notice", answer["pending_id"])
-    assert (warning["level"], warning["data"]["code"]) == ("warning", "FORGE_ERR_CONFIRMATION_REQUIRED")
+
+
+async def test_a_write_waiting_on_its_stream_logs_the_decision_before_the_outcome(cast, root, settings):
+    settings.FORGE_OVERRIDE_SECURITIES = True
+    settings.FORGE_CONFIRM_PROGRESS_SECONDS = 0.05
+    register_write_tools()
+    try:
+        token = cast.operator.raw_token
+        await database_sync_to_async(do_import_project)(fixture_bytes(MAIN), slug="steps", acting_user="tests")
+        session_id = await session_at(token, "info")
+        await database_sync_to_async(_allow)(session_id, "steps")
+        operation = {"scope": "pou/LineMain", "section": "localVars", "name": "Extra", "type": "INT"}
+        params = {"name": "project.write.add_variable", "arguments": {"project": "steps", **operation}}
+        body = rpc("tools/call", {**params, "_meta": {"progressToken": "p"}}, id=7)
+        headers = mcp_headers(token, session_id=session_id)
+        async with open_stream("POST", "/mcp", headers=headers, body=body) as stream:
+            events = [(await stream.next_event()).json()]
+            pending = await database_sync_to_async(PendingConfirmation.objects.get)()
+            await database_sync_to_async(do_deny_confirmation)(str(pending.id), acting_user=cast.operator.user)
+            events += [event.json() for event in await stream.until_closed()]
+    finally:
+        unregister_write_tools()
+
+    logged = [(m["level"], m["data"].get("outcome")) for m in log_messages(events)]
+    assert logged[0] == ("notice", None)
+    assert logged[-1] == ("info", "FORGE_ERR_CONFIRMATION_DENIED")
+    assert events[-1]["id"] == 7
+    assert events[-1]["result"]["structuredContent"]["error"] == "FORGE_ERR_CONFIRMATION_DENIED"
 
 
 # --- messages elsewhere ------------------------------------------------------------------------------------
