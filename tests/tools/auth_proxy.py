@@ -37,7 +37,13 @@ def make_app(target: str, token: str):
             body.extend(message.get("body", b""))
             if not message.get("more_body"):
                 break
-        headers = [(k, v) for k, v in scope["headers"] if k.lower() not in HOP_BY_HOP and k.lower() != b"authorization"]
+        # A field value excludes the whitespace around it (RFC 9110, section 5.5); the HTTP library refuses to send
+        # a value that keeps it, so it is trimmed here as the server would trim it.
+        headers = [
+            (k, v.strip(b" \t"))
+            for k, v in scope["headers"]
+            if k.lower() not in HOP_BY_HOP and k.lower() != b"authorization"
+        ]
         headers.append((b"authorization", f"Bearer {token}".encode()))
         path = scope["raw_path"].decode() + (("?" + scope["query_string"].decode()) if scope["query_string"] else "")
         request = client.build_request(scope["method"], path, headers=headers, content=bytes(body))
