@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from lxml import etree
 
+from projects import findings, st
 from projects.plcopen.documents import ProjectDocument
 from projects.plcopen.elements import ElementIndex, Entry, direct_elements
 from projects.plcopen.grammar import render_type, render_value
@@ -147,7 +148,35 @@ def change_view(before: ProjectDocument, after: ProjectDocument) -> dict[str, An
         if unit is not None:
             truncated = truncated or unit["truncated"]
             units.append(unit)
+    _mark_findings(after, units)
     return {"units": units, "others": others, "truncated": truncated}
+
+
+def _mark_findings(after: ProjectDocument, units: list[dict[str, Any]]) -> None:
+    """Put each finding about a line of a shown ST body on that line's row (`marks`), from one findings
+    check of the POUs shown."""
+    shown = {
+        unit["name"]: unit["body"]
+        for unit in units
+        if unit["kind"] == "pou" and unit["status"] != "removed" and unit["body"] and unit["body"]["language"] == "ST"
+    }
+    if not shown:
+        return
+    by_line: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for finding in findings.check(after.root, pous=shown):
+        if finding.body == "body" and finding.line and finding.element_id.startswith("pou/"):
+            mark = {
+                "code": finding.code,
+                "severity": finding.severity,
+                "column": finding.column,
+                "message": finding.message,
+            }
+            by_line.setdefault((finding.element_id[4:].casefold(), finding.line), []).append(mark)
+    for name, body in shown.items():
+        for row in body["rows"]:
+            marks = by_line.get((name.casefold(), row["new"])) if row["new"] is not None else None
+            if marks:
+                row["marks"] = marks
 
 
 def _unit(
@@ -268,7 +297,26 @@ def _body_change(old: Entry | None, new: Entry | None) -> dict[str, Any] | None:
         change["rows"] = line_diff((was or "").splitlines(), (now or "").splitlines())
         if not change["rows"] and was_language == language:
             return None  # the same text, written differently (CDATA or not): nothing a reader would see
+        _highlight_rows(change["rows"], was if was_language == "ST" else None, now if language == "ST" else None)
     return change
+
+
+def _highlight_rows(rows: list[dict[str, Any]], was: str | None, now: str | None) -> None:
+    """Give each row of an ST body its highlighted runs (`spans`: [class, text] pairs that join to the
+    row's text; the template escapes them), from the grammar's highlight query over the whole body."""
+    old_lines = st.highlight(was) if was else []
+    new_lines = st.highlight(now) if now else []
+    for row in rows:
+        if row["kind"] == "hunk":
+            continue
+        side, number = (old_lines, row["old"]) if row["kind"] == "removed" else (new_lines, row["new"])
+        if number is None or number > len(side):
+            continue
+        runs = [[css, text] for css, text in side[number - 1]]
+        if runs and runs[-1][1].endswith("\r"):
+            runs[-1][1] = runs[-1][1][:-1]  # a CRLF body: splitlines() took the CR off the row's text
+        if "".join(text for _, text in runs) == row["text"]:
+            row["spans"] = [run for run in runs if run[1]]
 
 
 def line_diff(before: list[str], after: list[str]) -> list[dict[str, Any]]:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import tree_sitter_iec61131_3_st
-from tree_sitter import Language, Node, Parser
+from tree_sitter import Language, Node, Parser, Query, QueryCursor
 
 from projects import iec
 
@@ -352,3 +352,97 @@ def tree_shape(text: str, kind: Kind = "statements") -> str:
     head = _CONDITION_HEAD if kind == "condition" else _HEAD
     tail = _CONDITION_TAIL if kind == "condition" else _TAIL
     return str(_parser().parse((head + prepared + tail).encode("utf-8", "surrogatepass")).root_node)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Highlighting
+# ---------------------------------------------------------------------------------------------------------
+
+# The grammar's highlight captures (`keyword.control`, `string.special`, ...) by their first word; the
+# console styles these (console/static/forge/diff.css, classes st-<word>).
+HIGHLIGHT_CLASSES = frozenset(
+    [
+        "keyword",
+        "function",
+        "operator",
+        "number",
+        "string",
+        "boolean",
+        "type",
+        "comment",
+        "attribute",
+        "constant",
+        "parameter",
+        "variable",
+        "property",
+        "field",
+        "punctuation",
+    ]
+)
+_highlights: Query | None = None
+_highlights_lock = threading.Lock()
+
+
+def _highlight_query() -> Query:
+    global _highlights
+    with _highlights_lock:
+        if _highlights is None:
+            source = tree_sitter_iec61131_3_st.HIGHLIGHTS_QUERY
+            if source is None:
+                raise RuntimeError("tree-sitter-iec61131-3-st ships no highlight query: reinstall it from the lock")
+            _highlights = Query(LANGUAGE, source)
+        return _highlights
+
+
+def highlight(text: str) -> list[list[tuple[str, str]]]:
+    """The lines of an ST statement list (as `text.split("\\n")` cuts them), each as (class, text) runs
+    that join to the line: the class is one of HIGHLIGHT_CLASSES, or "" for plain text. Comments and
+    pragmas, which the parse does not see, are classed from the tokenizer."""
+    prepared, masked, _ = _prepared(text)
+    source = (_HEAD + prepared + _TAIL).encode("utf-8", "surrogatepass")
+    tree = _parser().parse(source)
+    piece = _Piece(prepared, text, _HEAD.count("\n"), masked)
+    classes = [""] * len(text)
+    spans: list[tuple[int, int, str]] = []
+    for name, nodes in QueryCursor(_highlight_query()).captures(tree.root_node).items():
+        word = name.split(".", 1)[0]
+        if word not in HIGHLIGHT_CLASSES:
+            continue
+        for node in nodes:
+            start = piece.offset(*piece.position(*node.start_point))
+            end = piece.offset(*piece.position(*node.end_point))
+            if node.start_point.row >= piece.first_row and start < end:
+                spans.append((start, min(end, len(text)), word))
+    # The widest first, so a token's own class wins over the construct around it.
+    for start, end, word in sorted(spans, key=lambda span: span[0] - span[1]):
+        classes[start:end] = [word] * (end - start)
+    covered = 0
+    for lexeme in iec.lex_st(text):
+        _paint_gap(text, classes, covered, lexeme.start)
+        covered = lexeme.end
+        if lexeme.kind == "pragma":
+            classes[lexeme.start : lexeme.end] = ["attribute"] * (lexeme.end - lexeme.start)
+        elif lexeme.kind == "address" or lexeme.start in piece.masked_starts:
+            classes[lexeme.start : lexeme.end] = ["constant"] * (lexeme.end - lexeme.start)
+    _paint_gap(text, classes, covered, len(text))
+    lines: list[list[tuple[str, str]]] = []
+    offset = 0
+    for line in text.split("\n"):
+        runs: list[tuple[str, str]] = []
+        for i, char in enumerate(line, start=offset):
+            if runs and runs[-1][0] == classes[i]:
+                runs[-1] = (classes[i], runs[-1][1] + char)
+            else:
+                runs.append((classes[i], char))
+        lines.append(runs)
+        offset += len(line) + 1
+    return lines
+
+
+def _paint_gap(text: str, classes: list[str], start: int, end: int) -> None:
+    """What lies between two tokens is white space and comments: from its first to its last visible
+    character, a comment (with the spaces inside it)."""
+    gap = text[start:end]
+    first = len(gap) - len(gap.lstrip())
+    last = len(gap.rstrip())
+    classes[start:end] = [""] * first + ["comment"] * max(0, last - first) + [""] * (len(gap) - max(first, last))

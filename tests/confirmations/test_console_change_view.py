@@ -28,7 +28,11 @@ OPERATIONS = [
     {"op": "update_variable", "id": "pou/FlowTotal/var/Pulses", "type": "DINT"},
     {"op": "set_pou_body", "id": "pou/FlowTotal", "language": "ST", "text": NEW_BODY},
 ]
-ADDED_LINE = '<tr class="cv-added"><td class="cv-ln"></td><td class="cv-ln">4</td><td class="cv-code">  Spill := FALSE;</td></tr>'
+# The ST line highlighted from the grammar's highlight query (projects.st.highlight), each run escaped.
+ADDED_LINE = (
+    '<tr class="cv-added"><td class="cv-ln"></td><td class="cv-ln">4</td><td class="cv-code">  Spill '
+    '<span class="st-operator">:=</span> <span class="st-boolean">FALSE</span><span class="st-punctuation">;</span></td></tr>'
+)
 
 
 @pytest.fixture
@@ -65,7 +69,10 @@ def test_the_page_shows_the_st_body_as_a_line_diff_with_line_numbers(operator, c
     assert '<span class="cv-status">changed</span> POU <code>FlowTotal</code> (functionBlock)' in unit
     assert '<tr class="cv-hunk"><td colspan="3">@@ -1,6 +1,7 @@</td></tr>' in unit
     assert ADDED_LINE in unit
-    assert '<tr class="cv-same"><td class="cv-ln">4</td><td class="cv-ln">5</td><td class="cv-code">ELSIF' in unit
+    assert (
+        '<tr class="cv-same"><td class="cv-ln">4</td><td class="cv-ln">5</td><td class="cv-code">'
+        '<span class="st-keyword">ELSIF</span>' in unit
+    )
 
 
 def test_the_page_shows_the_variable_table_as_a_table_diff(operator, cast, project):

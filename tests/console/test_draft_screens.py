@@ -211,6 +211,21 @@ def test_the_review_counts_a_pou_that_gains_variables_and_a_new_body_as_changed(
     assert "Added (1) pou/FlowTotal/var/Spill Changed (1) pou/FlowTotal content Removed (0)" in text_of(response)
 
 
+def test_the_review_escapes_a_highlighted_body_and_marks_a_finding_under_its_line(operator, cast, project):
+    group = begin(project, cast.caretaker)
+    text = "Litres := Pulses / 10; (* <script>alert(1)</script> *)\nLitres := '<b>' +;"
+    stage(project, group, [{"op": "set_pou_body", "id": "pou/FlowTotal", "language": "ST", "text": text}])
+
+    unit = operator.get(review_page(project)).content.decode().split('id="cv-pouflowtotal"')[1].split("</section>")[0]
+
+    assert "<script>" not in unit and "<b>" not in unit
+    assert '<span class="st-comment">(* &lt;script&gt;alert(1)&lt;/script&gt; *)</span>' in unit
+    assert '<span class="st-string">&#x27;&lt;b&gt;&#x27;</span>' in unit
+    marked = unit.split('<tr class="cv-added cv-marked">')[1].split("</tr>")[0]
+    assert '<td class="cv-ln">2</td>' in marked
+    assert '<span class="cv-mark cv-mark-problem" role="note">problem st_syntax, column' in marked
+
+
 def test_the_review_shows_each_pou_with_its_body_lines_numbered_and_its_variable_table_diff(operator, cast, project):
     spill_counted_with_a_new_body(project, cast)
 
@@ -219,12 +234,13 @@ def test_the_review_shows_each_pou_with_its_body_lines_numbered_and_its_variable
     unit = page.split('id="cv-pouflowtotal"')[1].split("</section>")[0]
     assert '<span class="cv-status">changed</span> POU <code>FlowTotal</code> (functionBlock)' in unit
     assert (
-        '<tr class="cv-added"><td class="cv-ln"></td><td class="cv-ln">1</td><td class="cv-code">Litres := Pulses / 10;</td></tr>'
-        in unit
+        '<tr class="cv-added"><td class="cv-ln"></td><td class="cv-ln">1</td><td class="cv-code">Litres '
+        '<span class="st-operator">:=</span> Pulses <span class="st-operator">/</span> <span class="st-number">10</span>'
+        '<span class="st-punctuation">;</span></td></tr>' in unit
     )
     assert (
-        '<tr class="cv-removed"><td class="cv-ln">2</td><td class="cv-ln"></td><td class="cv-code">IF Clear THEN</td></tr>'
-        in unit
+        '<tr class="cv-removed"><td class="cv-ln">2</td><td class="cv-ln"></td><td class="cv-code">'
+        '<span class="st-keyword">IF</span> Clear <span class="st-keyword">THEN</span></td></tr>' in unit
     )
     assert '<tr class="cv-added"><td>added</td><td><code>Spill</code></td><td>localVars</td><td>INT</td>' in unit
     raw = page.split('<details class="forge-raw-diff" id="raw-diff">')[1].split("</details>")[0]

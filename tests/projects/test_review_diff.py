@@ -137,7 +137,9 @@ def test_a_removed_pou_is_all_removed_lines_and_variables(accepted):
 
     assert found["status"] == "removed"
     assert {r["kind"] for r in found["body"]["rows"][1:]} == {"removed"}
-    assert found["body"]["rows"][-1] == {
+    last = dict(found["body"]["rows"][-1])
+    last.pop("spans")  # the highlighted runs of the removed line, tested on their own
+    assert last == {
         "kind": "removed",
         "old": 8,
         "new": None,
@@ -209,3 +211,25 @@ def test_a_new_body_changes_its_pou_whatever_variables_came_with_it(accepted):
     ).doc
 
     assert own_content_differs(accepted.index.get("pou/FlowTotal"), after.index.get("pou/FlowTotal"))
+
+
+def test_an_st_body_is_highlighted_run_by_run_and_the_runs_join_to_each_line(accepted):
+    view = changed(accepted, {"op": "set_pou_body", "id": "pou/FlowTotal", "language": "ST", "text": NEW_BODY})
+
+    rows = [r for r in unit(view, "pou/FlowTotal")["body"]["rows"] if r["kind"] != "hunk"]
+
+    assert all("".join(text for _, text in r["spans"]) == r["text"] for r in rows)
+    by_line = {r["new"]: r["spans"] for r in rows}
+    assert by_line[1] == [["comment", NEW_BODY.splitlines()[0]]]
+    assert ["keyword", "ELSIF"] in by_line[5] and ["operator", ":="] in by_line[6]
+
+
+def test_a_finding_is_marked_on_the_line_of_the_body_it_is_about(accepted):
+    text = NEW_BODY.replace("  Spill := FALSE;", "  Spill := FALSE\n  Ghost := 1;")
+    view = changed(accepted, {"op": "set_pou_body", "id": "pou/FlowTotal", "language": "ST", "text": text})
+
+    rows = {r["new"]: r for r in unit(view, "pou/FlowTotal")["body"]["rows"] if r["kind"] != "hunk"}
+
+    assert ("st_syntax", "problem") in {(m["code"], m["severity"]) for m in rows[4]["marks"]}
+    assert [(m["code"], "'Ghost'" in m["message"]) for m in rows[5]["marks"]] == [("undeclared_identifier", True)]
+    assert not any("marks" in r for n, r in rows.items() if n not in (4, 5))

@@ -215,3 +215,33 @@ def test_generated_st_parses_and_deleting_a_token_breaks_it_or_changes_the_tree(
     index = data.draw(s.integers(0, len(tokens) - 1))
     shorter = " ".join(tokens[:index] + tokens[index + 1 :])
     assert st_analysis.analyse(shorter).issues or st_analysis.tree_shape(shorter) != st_analysis.tree_shape(text)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Highlighting
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_highlight_classes_keywords_literals_comments_pragmas_and_addresses():
+    (line,) = st_analysis.highlight("IF a THEN b := 'x' + T#1s; END_IF; (* c *) {p} q := %QX0.1;")
+    classed = {text: css for css, text in line if css}
+    assert classed["IF"] == classed["END_IF"] == "keyword"
+    assert classed["'x'"] == classed["T#1s"] == "string"
+    assert (classed["(* c *)"], classed["{p}"], classed["%QX0.1"]) == ("comment", "attribute", "constant")
+    assert set(classed.values()) <= st_analysis.HIGHLIGHT_CLASSES
+
+
+@given(s.text(max_size=200))
+@settings(max_examples=200, deadline=None)
+def test_highlighted_runs_join_to_the_lines_of_any_text(text):
+    lines = st_analysis.highlight(text)
+    assert ["".join(run for _, run in line) for line in lines] == text.split("\n")
+
+
+@given(s.text(max_size=200))
+@settings(max_examples=200, deadline=None)
+def test_any_text_is_analysed_with_positions_inside_it(text):
+    lines = text.split("\n")
+    found = st_analysis.analyse(text)
+    for line, column in [(i.line, i.column) for i in found.issues] + [(u.line, u.column) for u in found.uses]:
+        assert 1 <= line <= len(lines) and 1 <= column <= len(lines[line - 1]) + 1
