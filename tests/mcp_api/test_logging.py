@@ -7,6 +7,7 @@ for a client that takes JSON only, or on the legacy /sse stream; none before a l
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -247,19 +248,31 @@ async def test_another_sessions_level_and_calls_are_not_this_sessions(cast):
     assert response.headers["content-type"] == "application/json"
 
 
-async def test_a_write_waiting_for_an_operator_is_one_notice_naming_its_confirmation(cast, root, settings):
-    settings.FORGE_OVERRIDE_SECURITIES = True
-    register_write_tools()
-    try:
-        token = cast.operator.raw_token
-        await database_sync_to_async(do_import_project)(fixture_bytes(MAIN), slug="steps", acting_user="tests")
-        session_id = await session_at(token, "notice")
-        await database_sync_to_async(_allow)(session_id, "steps")
-        operation = {"scope": "pou/LineMain", "section": "localVars", "name": "Extra", "type": "INT"}
+ADD_EXTRA = {"project": "steps", "scope": "pou/LineMain", "section": "localVars", "name": "Extra", "type": "INT"}
 
-        response = await call(token, session_id, "project.write.add_variable", {"project": "steps", **operation})
-    finally:
-        unregister_write_tools()
+
+@pytest.fixture
+def writes(settings, root) -> Iterator[None]:
+    """An override deployment (the write tools registered) with the main fixture project as `steps`."""
+    settings.FORGE_OVERRIDE_SECURITIES = True
+    do_import_project(fixture_bytes(MAIN), slug="steps", acting_user="tests")
+    register_write_tools()
+    yield
+    unregister_write_tools()
+
+
+async def allowed_session_at(token: str, level: str) -> str:
+    session_id = await session_at(token, level)
+    await database_sync_to_async(_allow)(session_id, "steps")
+    return session_id
+
+
+@pytest.mark.usefixtures("writes")
+async def test_a_write_waiting_for_an_operator_is_one_notice_naming_its_confirmation(cast):
+    token = cast.operator.raw_token
+    session_id = await allowed_session_at(token, "notice")
+
+    response = await call(token, session_id, "project.write.add_variable", ADD_EXTRA)
 
     [notice] = log_messages(sse_messages(response.body))  # no warning besides: the notice says it all
     answer = sse_messages(response.body)[-1]["result"]["structuredContent"]
@@ -267,26 +280,19 @@ async def test_a_write_waiting_for_an_operator_is_one_notice_naming_its_confirma
     assert (notice["level"], notice["data"]["confirmation"]) == ("notice", answer["pending_id"])
 
 
-async def test_a_write_waiting_on_its_stream_logs_the_decision_before_the_outcome(cast, root, settings):
-    settings.FORGE_OVERRIDE_SECURITIES = True
+@pytest.mark.usefixtures("writes")
+async def test_a_write_waiting_on_its_stream_logs_the_decision_before_the_outcome(cast, settings):
     settings.FORGE_CONFIRM_PROGRESS_SECONDS = 0.05
-    register_write_tools()
-    try:
-        token = cast.operator.raw_token
-        await database_sync_to_async(do_import_project)(fixture_bytes(MAIN), slug="steps", acting_user="tests")
-        session_id = await session_at(token, "info")
-        await database_sync_to_async(_allow)(session_id, "steps")
-        operation = {"scope": "pou/LineMain", "section": "localVars", "name": "Extra", "type": "INT"}
-        params = {"name": "project.write.add_variable", "arguments": {"project": "steps", **operation}}
-        body = rpc("tools/call", {**params, "_meta": {"progressToken": "p"}}, id=7)
-        headers = mcp_headers(token, session_id=session_id)
-        async with open_stream("POST", "/mcp", headers=headers, body=body) as stream:
-            events = [(await stream.next_event()).json()]
-            pending = await database_sync_to_async(PendingConfirmation.objects.get)()
-            await database_sync_to_async(do_deny_confirmation)(str(pending.id), acting_user=cast.operator.user)
-            events += [event.json() for event in await stream.until_closed()]
-    finally:
-        unregister_write_tools()
+    token = cast.operator.raw_token
+    session_id = await allowed_session_at(token, "info")
+    params = {"name": "project.write.add_variable", "arguments": ADD_EXTRA, "_meta": {"progressToken": "p"}}
+
+    headers = mcp_headers(token, session_id=session_id)
+    async with open_stream("POST", "/mcp", headers=headers, body=rpc("tools/call", params, id=7)) as stream:
+        events = [(await stream.next_event()).json()]
+        pending = await database_sync_to_async(PendingConfirmation.objects.get)()
+        await database_sync_to_async(do_deny_confirmation)(str(pending.id), acting_user=cast.operator.user)
+        events += [event.json() for event in await stream.until_closed()]
 
     logged = [(m["level"], m["data"].get("outcome")) for m in log_messages(events)]
     assert logged[0] == ("notice", None)
