@@ -16,9 +16,9 @@ import struct
 import wave
 import zlib
 from collections.abc import Generator
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 from pydantic.json_schema import GenerateJsonSchema
 
 from forge_core.errors import Refusal
@@ -221,19 +221,41 @@ class Address(BaseModel):
     city: str | None = None
 
 
+# What pydantic cannot say of the arguments below, said in JSON Schema 2020-12 (composition, a condition, an
+# anchor) and enforced by the model's validator, so the published schema and the validation agree.
+CONTACT_RULES: dict[str, Any] = {
+    "allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
+    "if": {"properties": {"contactMethod": {"const": "phone"}}, "required": ["contactMethod"]},
+    "then": {"required": ["phone"]},
+    "else": {"required": ["email"]},
+}
+
+
 class JsonSchemaArguments(registry.Arguments):
     name: str | None = None
     address: Address | None = None
+    contactMethod: Literal["phone", "email"] | None = None
+    phone: str | None = None
+    email: str | None = None
+
+    @model_validator(mode="after")
+    def _reachable(self) -> JsonSchemaArguments:
+        wanted = "phone" if self.contactMethod == "phone" else "email"
+        if getattr(self, wanted) is None:
+            raise ValueError(f"give {wanted} (a phone number with contactMethod phone, otherwise an email address)")
+        return self
 
     @classmethod
     def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:  # type: ignore[override]
         kwargs["schema_generator"] = _LowerCaseDefinitions
-        return {"$schema": JSON_SCHEMA_2020_12, **super().model_json_schema(*args, **kwargs)}
+        schema = super().model_json_schema(*args, **kwargs)
+        schema["$defs"]["address"]["$anchor"] = "addressDef"
+        return {"$schema": JSON_SCHEMA_2020_12, **schema, **CONTACT_RULES}
 
 
 def json_schema_tool(ctx: CallContext, arguments: JsonSchemaArguments) -> dict[str, Any]:
-    """Takes arguments described with JSON Schema 2020-12 ($schema, $defs, additionalProperties) and echoes
-    them (conformance fixture)."""
+    """Takes arguments described with JSON Schema 2020-12 ($schema, $defs with an $anchor, additionalProperties,
+    allOf/anyOf, if/then/else) and echoes them (conformance fixture)."""
     return {"received": arguments.model_dump(mode="json", exclude_none=True)}
 
 
