@@ -30,7 +30,7 @@ from confirmations.services import confirmation_group
 from forge_core.errors import AuditUnavailable
 from forge_core.live import SSE_HEADERS
 from forge_core.origin import refusal_reason
-from forge_core.streams import EventStreamConsumer
+from forge_core.streams import KEEPALIVE, EventStreamConsumer
 from forge_core.workers import in_pool
 from mcp_api import jsonrpc
 from mcp_api import logging as client_logging
@@ -48,6 +48,10 @@ def sse_event(data: str, *, event: str = "message", event_id: str | None = None)
         lines.append(f"id: {event_id}")
     lines.extend(f"data: {line}" for line in data.split("\n"))
     return ("\n".join(lines) + "\n\n").encode()
+
+
+ABANDONED = {"gone": "client_gone", "cancelled": "client_cancelled", "ended": "session_ended"}
+"""The audit outcome of a conversing call that ended without its answer, by what ended it."""
 
 
 def _events(messages: list[Any]) -> bytes:
@@ -290,8 +294,10 @@ class McpHttpConsumer(EventStreamConsumer):
         conversation = plan.conversation
         layer = get_channel_layer()
         channel = await layer.new_channel()
-        joined = [plan.cancel_group]
-        await layer.group_add(plan.cancel_group, channel)
+        # The call's cancellation, and its session's end or its token's revocation (which end the wait at once).
+        joined = [plan.cancel_group, *plan.ends]
+        for group in joined:
+            await layer.group_add(group, channel)
         await self.send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
         disconnect = asyncio.ensure_future(self.wait_for_disconnect())
         received: list[asyncio.Future] = []
@@ -311,9 +317,9 @@ class McpHttpConsumer(EventStreamConsumer):
                     await self.send_body(sse_event(encode(asked).decode()), more=True)
                 seconds = conversation.seconds if asked is not None else said.pause
                 event = await self.client_event(layer, channel, disconnect, received, seconds, asked)
-                if event in ("gone", "cancelled"):
-                    await in_pool(conversation.abandon)("client_gone" if event == "gone" else "client_cancelled")
-                    last = b"" if event == "cancelled" else None
+                if event in ("gone", "cancelled", "ended"):
+                    await in_pool(conversation.abandon)(ABANDONED[event])
+                    last = b"" if event != "gone" else None
                     break
                 if asked is None:
                     said = await in_pool(conversation.advance)()
@@ -343,7 +349,7 @@ class McpHttpConsumer(EventStreamConsumer):
         asked: dict[str, Any] | None,
     ) -> Any:
         """What ends one wait of a conversation: the client's response to `asked` (the message), "cancelled",
-        "gone", or "timeout" after `seconds`; keep-alive comments go out meanwhile. A late answer to an earlier
+        "gone", "ended" (the session ended or the token was revoked), or "timeout" after `seconds`; keep-alive comments go out meanwhile. A late answer to an earlier
         request is ignored."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + seconds
@@ -362,11 +368,13 @@ class McpHttpConsumer(EventStreamConsumer):
                 return "gone"
             if received[0] not in done:
                 if loop.time() < deadline:
-                    await self.send_body(b": keep-alive\n\n", more=True)
+                    await self.send_body(KEEPALIVE, more=True)
                 continue
             event = received.pop().result()
             if event.get("type") == "mcp.cancelled":
                 return "cancelled"
+            if event.get("type") in ("mcp.session_ended", "mcp.revoked"):
+                return "ended"
             if event.get("type") == "mcp.client_reply" and asked is not None:
                 message = json.loads(event["json"])
                 if message.get("id") == asked["id"]:

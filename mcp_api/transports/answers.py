@@ -9,7 +9,7 @@ from typing import Any
 
 from django.conf import settings
 
-from access.models import session_group
+from access.models import session_group, token_group
 from confirmations.models import ConfirmationState, PendingConfirmation
 from confirmations.services import do_cancel_confirmations, expire_due, outcome_of
 from mcp_api import jsonrpc
@@ -40,7 +40,12 @@ def answer(exchange: Exchange, ctx: CallContext, message: dict[str, Any]) -> Rep
         conversation, first = ctx.conversation
         conversation.request_id = message["id"]
         cancel_group = request_group(ctx.token, "" if ctx.stateless else ctx.session_id, message["id"])
-        return Reply(status=200, conversation=ConversationPlan(conversation, first, cancel_group))
+        ends = (
+            [session_group(ctx.session_id), token_group(ctx.token.pk)]
+            if ctx.session_id
+            else [token_group(ctx.token.pk)]
+        )
+        return Reply(status=200, conversation=ConversationPlan(conversation, first, cancel_group, ends))
     status = 200
     if ctx.stateless and "error" in answered:
         status = ERROR_STATUS.get(answered["error"]["code"], 200)

@@ -164,6 +164,7 @@ class ConversationPlan:
     conversation: Any
     first: Any
     cancel_group: str
+    ends: list[str] = field(default_factory=list)  # the groups told when its session ends or its token is revoked
 
 
 @dataclass(slots=True)

@@ -25,6 +25,7 @@ from tests.mcp_api.helpers import (
     post,
     registered,
     rpc,
+    send,
     stateless_headers,
     stateless_rpc,
 )
@@ -152,6 +153,18 @@ async def test_a_client_that_cancels_the_call_gets_no_answer_and_the_call_is_aud
             assert (await post(token, cancel, session_id=session_id)).status == 202
             assert await stream.until_closed() == []
     assert await outcomes() == ["client_cancelled"]
+
+
+async def test_a_session_that_ends_while_its_client_is_asked_ends_the_call_without_an_answer(cast):
+    token = cast.caretaker.raw_token
+    with registered(ASKING):
+        session_id = await session_with(token, {"sampling": {}})
+        async with call_stream(token, session_id, progress=False) as stream:
+            await server_request(stream)
+            ended = await send("DELETE", "/mcp", headers=mcp_headers(token, session_id=session_id))
+            assert ended.status == 204
+            assert await stream.until_closed() == []
+    assert await outcomes() == ["session_ended"]
 
 
 async def test_a_client_that_goes_away_while_asked_ends_the_call(cast):
