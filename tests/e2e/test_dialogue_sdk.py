@@ -9,10 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from mcp import types
 
-from tests.live import prepare, run_server, scratch_database, streamable_client
+from tests.e2e.test_scaleout import next_message, sse_events
+from tests.live import bearer, prepare, run_server, scaleout_configured, scratch_database, streamable_client
 
 pytestmark = [pytest.mark.live, pytest.mark.anyio]
 
@@ -76,3 +78,41 @@ async def test_a_client_that_declared_no_sampling_is_never_asked(server):
             result = await client.call_tool("test_sampling", {"prompt": "anyone?"})
     assert result.is_error is True
     assert result.structured_content["error"] == "FORGE_ERR_CLIENT_CAPABILITY"
+
+
+@pytest.mark.scaleout
+@pytest.mark.skipif(not scaleout_configured(), reason="two processes need a shared PostgreSQL and Redis")
+async def test_the_answer_to_a_tool_request_may_reach_another_process(server, tmp_path_factory):
+    """The call waits in one process; the client's answer is posted to another, which hands it over through the
+    shared channel layer."""
+    data_dir = tmp_path_factory.mktemp("dialogue-second")
+    env = {**server.env, "FORGE_DATA_DIR": str(data_dir), "FORGE_SECRETS_DIR": str(server.data_dir / "secrets")}
+    headers = {**bearer(server.token), "Accept": "application/json, text/event-stream"}
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {"sampling": {}}, "clientInfo": {"name": "e2e"}},
+    }
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call"}
+    call["params"] = {"name": "test_sampling", "arguments": {"prompt": "across?"}}
+    with run_server(env, server.token, data_dir) as second, anyio.fail_after(BOUND):
+        async with httpx.AsyncClient(base_url=server.base, timeout=BOUND) as first_http:
+            opened = await first_http.post("/mcp", headers=headers, json=initialize)
+            session = {
+                **headers,
+                "Mcp-Session-Id": opened.headers["mcp-session-id"],
+                "MCP-Protocol-Version": "2025-11-25",
+            }
+            initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            assert (await first_http.post("/mcp", headers=session, json=initialized)).status_code == 202
+            async with first_http.stream("POST", "/mcp", headers=session, json=call) as answer:
+                events = sse_events(answer)
+                asked = await next_message(events)
+                assert asked["method"] == "sampling/createMessage"
+                said = {"role": "assistant", "content": {"type": "text", "text": "yes"}, "model": "m"}
+                async with httpx.AsyncClient(base_url=second.base, timeout=BOUND) as second_http:
+                    reply = {"jsonrpc": "2.0", "id": asked["id"], "result": said}
+                    assert (await second_http.post("/mcp", headers=session, json=reply)).status_code == 202
+                final = await next_message(events)
+    assert final["id"] == 2 and final["result"]["content"][0]["text"] == "LLM response: yes"
