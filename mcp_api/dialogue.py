@@ -2,10 +2,11 @@
 the client (`sampling/createMessage`, `elicitation/create`) whose answers the tool waits for.
 
 A tool that converses is a generator function: it yields what it has to say (`progress`, `pause`,
-`create_message`, `elicit`) and returns its result as any tool does; a request's yield evaluates to the
-client's `result`, or raises a `Refusal` inside the tool (the client answered an error, did not declare the
-capability, did not answer in time, or cannot be reached), which the tool may catch. Such a tool only reads
-(no transaction can span its steps), which `begin` enforces.
+`create_message`, `elicit`) and returns its result as any tool does. A request's yield evaluates to the
+client's `result` object as the client sent it (untrusted input: check its shape), or raises a `Refusal`
+inside the tool (the client answered an error, did not declare the capability, did not answer in time, or
+cannot be reached), which the tool may catch. Such a tool only reads (no transaction can span its steps),
+which the method layer enforces (`protocol._converse`).
 
 Each step runs in the worker pool, as any call does; the waits never do. Between steps the call's consumer
 holds the call's SSE answer on the event loop, sends what the step said and, for a request, waits for the
@@ -183,7 +184,6 @@ class Conversation:
                     group = reply_group(self.ctx.token, self.ctx.session_id, request_id)
                     return Said(notes=notes, request=request, reply_group=group)
             else:
-                refusal = None
                 return self._finish(notes, raising(TypeError(f"a conversing tool yielded {item!r}")))
 
     def answered(self, message: dict[str, Any]) -> Said:
@@ -192,6 +192,12 @@ class Conversation:
         method = asked.method if asked is not None else "the request"
         if isinstance(message.get("result"), dict):
             return self.advance(message["result"])
+        if "result" in message:
+            return self.advance(
+                refusal=Refusal(
+                    "FORGE_ERR_CLIENT_REFUSED", f"The client answered {method} with a result that is not an object."
+                )
+            )
         found = message.get("error")
         error: dict[str, Any] = found if isinstance(found, dict) else {}
         detail = " ".join(str(error.get("message", "")).split())[:200]
@@ -215,11 +221,14 @@ class Conversation:
         )
 
     def abandon(self, outcome: str) -> None:
-        """The client cancelled the call or went away: close the tool, and audit the call with this outcome."""
+        """The client cancelled the call or went away, or its session ended: close the tool, and audit the call with
+        this outcome."""
         self.steps.close()
         self.ctx.messages.clear()
         with _suppress_all():
-            self.conclude(raising(Refusal(outcome, "The client cancelled the call or went away.")))
+            self.conclude(
+                raising(Refusal(outcome, "The call ended before its answer: " + outcome.replace("_", " ") + "."))
+            )
 
     def run_through(self) -> dict[str, Any]:
         """Run the tool to its end in this hop, where nothing can carry a conversation."""
