@@ -8,11 +8,11 @@ not found, and this session needs its grant). Arguments are completed by `comple
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mcp_api import caching, resources
+from mcp_api import caching, dialogue, resources
 from mcp_api.consent import audited, granted_project
 from mcp_api.jsonrpc import INVALID_PARAMS, RpcError
 
@@ -40,6 +40,9 @@ class Prompt:
     arguments: tuple[Argument, ...]
     text: Callable[[dict[str, str]], str] | None = None
     render: Callable[[dict[str, str]], list[dict[str, Any]]] | None = None
+    # Messages that need the client's answers first: a generator function, as a conversing tool is
+    # (`mcp_api.dialogue`), returning the messages. At 2026-07-28 its requests are input_required rounds.
+    converse: Callable[[dict[str, str]], Generator[Any, Any, list[dict[str, Any]]]] | None = None
 
     @property
     def names_project(self) -> bool:
@@ -166,8 +169,11 @@ PROMPTS: dict[str, Prompt] = {
 
 def register(prompt: Prompt) -> Prompt:
     """Offer one more prompt (listed after those before it)."""
-    if prompt.name in PROMPTS or (prompt.text is None) == (prompt.render is None):
-        raise ValueError(f"prompt {prompt.name} is registered twice, or has not exactly one of text and render")
+    makers = [maker for maker in (prompt.text, prompt.render, prompt.converse) if maker is not None]
+    if prompt.name in PROMPTS or len(makers) != 1:
+        raise ValueError(
+            f"prompt {prompt.name} is registered twice, or has not exactly one of text, render and converse"
+        )
     PROMPTS[prompt.name] = prompt
     return prompt
 
@@ -199,7 +205,13 @@ def prompts_get(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
         arguments = _arguments(prompt, raw)
         if prompt.names_project:
             arguments["project"] = granted_project(ctx, arguments["project"], params).slug
-        return {"description": prompt.description, "messages": prompt.messages(arguments)}
+        if prompt.converse is None:
+            return {"description": prompt.description, "messages": prompt.messages(arguments)}
+        rounds = dialogue.Rounds.open(ctx, f"prompt:{prompt.name}", arguments, params) if ctx.stateless else None
+        messages = dialogue.run_rounds(ctx, prompt.converse(arguments), rounds)
+        if isinstance(messages, dialogue.InputRequired):
+            return messages.result
+        return {"description": prompt.description, "messages": messages}
 
     return audited(ctx, "prompts/get", audit_arguments, get)
 

@@ -184,15 +184,25 @@ def _tools_call(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
     # How a governed call's pending confirmation reaches this client: by what it declared (`mcp_api.tasks`).
     form = tasks.form_for(ctx, params) if tool.waits_for_operator else tasks.PENDING
     if dialogue.converses(tool):
-        return _converse(ctx, tool, arguments, form)
+        return _converse(ctx, tool, arguments, form, params)
     return _conclude(ctx, tool, arguments, form, lambda: tool.run(ctx, arguments))
 
 
-def _converse(ctx: CallContext, tool: registry.Tool, arguments: registry.Arguments, form: tasks.Form) -> dict[str, Any]:
+def _converse(
+    ctx: CallContext, tool: registry.Tool, arguments: registry.Arguments, form: tasks.Form, params: dict[str, Any]
+) -> dict[str, Any]:
     """Begin a conversing tool's call (`mcp_api.dialogue`): its first step runs here; if it asks or reports
-    something, the transport carries the call on (`ctx.conversation`) and this answer is not sent."""
+    something, the transport carries the call on (`ctx.conversation`) and this answer is not sent. At 2026-07-28
+    its requests are answered from the request's rounds (`dialogue.Rounds`) instead of sent to the client."""
     if not tool.read_only:
         raise TypeError(f"{tool.name} converses with its client, so it may only read (no transaction spans steps)")
+    rounds = None
+    if ctx.stateless:
+        try:
+            rounds = dialogue.Rounds.open(ctx, f"tool:{tool.name}", arguments.model_dump(mode="json"), params)
+        except RpcError:
+            _audit_call(ctx, tool, arguments.model_dump(mode="json"), "request_state_refused")
+            raise
     try:
         steps: Any = tool.run(ctx, arguments)  # admission; the tool's own code has not started
     except Exception as refused:
@@ -202,6 +212,7 @@ def _converse(ctx: CallContext, tool: registry.Tool, arguments: registry.Argumen
         steps,
         conclude=lambda produce: _conclude(ctx, tool, arguments, form, produce),
         shape=lambda value: shape_result(ctx.revision, value),
+        rounds=rounds,
     )
     if not ctx.can_converse:
         return conversation.run_through()
@@ -234,15 +245,23 @@ def _conclude(
                         "resumed",
                     )
                 else:
-                    answer, outcome = tool_result(produce()), "ok"
-            except AuditUnavailable:
-                raise  # the transaction is lost: nothing the handler did may stay
+                    value = produce()
+                    if isinstance(value, dialogue.InputRequired):
+                        answer, outcome = value.result, "input_required"
+                    else:
+                        answer, outcome = tool_result(value), "ok"
+            except (AuditUnavailable, RpcError):
+                raise  # the transaction is lost: nothing the handler did may stay; or a protocol error, below
             except Refusal as refusal:
                 # A refusal is the call's answer: what the handler stored before it (a write call's pending
                 # confirmation) commits with the audit row.
                 answer, outcome, refused = refused_result(refusal), refusal.code, refusal
                 answer = tasks.answer_suspended(ctx, form, tool, arguments.model_dump(mode="json"), answer)
             _audit_call(ctx, tool, arguments.model_dump(mode="json"), outcome)
+    except RpcError as rejected:
+        # A request the client cannot be asked (-32021): a protocol error, not the tool's result.
+        _audit_call(ctx, tool, arguments.model_dump(mode="json"), f"rpc_error {rejected.code}")
+        raise
     except AuditUnavailable as unavailable:
         ctx.awaiting = None  # a confirmation the call made was rolled back with it: there is nothing to wait for
         answer, outcome, refused = refused_result(unavailable), unavailable.code, unavailable

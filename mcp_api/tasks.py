@@ -25,7 +25,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import hmac
 import json
 import uuid
 from collections.abc import Callable
@@ -40,12 +39,12 @@ from django.utils import timezone
 from access.models import session_group, token_group
 from audit.models import EventKind
 from audit.services import record
-from confirmations import sealing
 from confirmations.models import ConfirmationState, PendingConfirmation
 from confirmations.services import do_cancel_confirmations, expire_due, outcome_of
 from forge_core.canonical import canonical_json
 from forge_core.errors import Refusal
 from forge_core.live import notify_streams
+from mcp_api import request_state
 from mcp_api.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, MISSING_REQUIRED_CLIENT_CAPABILITY, RpcError, encode
 from mcp_api.models import ApprovalTask
 from mcp_api.registry import Tool
@@ -410,9 +409,9 @@ def _state_parts(ctx: CallContext, confirmation_id: str, tool: str, digest: str,
 def seal_request_state(ctx: CallContext, confirmation: PendingConfirmation, tool: str, arguments: dict) -> str:
     # Good for as long as the client may still want the outcome: the confirmation's life and a task's default TTL.
     expires = int((confirmation.expires_at + timedelta(milliseconds=DEFAULT_TTL_MS)).timestamp())
-    parts = _state_parts(ctx, str(confirmation.id), tool, arguments_digest(arguments), expires)
-    payload = base64.urlsafe_b64encode(json.dumps(parts, sort_keys=True).encode()).decode().rstrip("=")
-    return f"{STATE_VERSION}.{payload}.{sealing.mac(parts)}"
+    return request_state.seal(
+        STATE_VERSION, _state_parts(ctx, str(confirmation.id), tool, arguments_digest(arguments), expires)
+    )
 
 
 def input_required(ctx: CallContext, confirmation: PendingConfirmation, tool: str, arguments: dict) -> dict[str, Any]:
@@ -442,22 +441,13 @@ def _state_refusal(why: str) -> Refusal:
 
 def _opened_state(ctx: CallContext, state: Any, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
     """The request state's parts once it authenticates and binds this principal, tool and arguments."""
-    if not isinstance(state, str) or len(state) > MAX_STATE_CHARS or state.count(".") != 2:
-        raise _state_refusal("This requestState is not one this server issued.")
-    version, payload, mac = state.split(".")
+    keys = frozenset({"purpose", "principal", "confirmation", "tool", "arguments", "expires"})
     try:
-        parts = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-    except (binascii.Error, ValueError):
-        parts = None
-    keys = {"purpose", "principal", "confirmation", "tool", "arguments", "expires"}
-    if version != STATE_VERSION or not isinstance(parts, dict) or set(parts) != keys:
-        raise _state_refusal("This requestState is not one this server issued.")
-    try:
-        authentic = hmac.compare_digest(sealing.mac(parts), mac)
-    except (sealing.NotCanonical, TypeError, ValueError):
-        authentic = False
-    if not authentic or parts["purpose"] != "mcp.request_state":
-        raise _state_refusal("This requestState does not authenticate: it was changed or forged.")
+        parts = request_state.unseal(STATE_VERSION, "mcp.request_state", state, keys, MAX_STATE_CHARS)
+    except request_state.StateRefused as refused:
+        if str(refused) == "changed":
+            raise _state_refusal("This requestState does not authenticate: it was changed or forged.") from None
+        raise _state_refusal("This requestState is not one this server issued.") from None
     if parts["principal"] != ctx.token.owner_id:
         raise _state_refusal("This requestState was issued to another client.")
     if parts["tool"] != tool or parts["arguments"] != arguments_digest(arguments):

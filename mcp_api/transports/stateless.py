@@ -14,7 +14,7 @@ from typing import Any
 
 from access import limits
 from access.models import BROADCAST_GROUP, ClientToken, Transport, token_group
-from mcp_api import jsonrpc
+from mcp_api import jsonrpc, registry
 from mcp_api.jsonrpc import (
     HEADER_MISMATCH,
     INVALID_PARAMS,
@@ -148,6 +148,8 @@ def _read_envelope(exchange: Exchange, message: dict[str, Any]) -> tuple[str, di
         body_value = (message.get("params") or {}).get(name_key)
         if body_value is not None and decode_header_value(exchange.header("mcp-name")) != body_value:
             raise RpcError(HEADER_MISMATCH, f"The Mcp-Name header does not match the request's {name_key!r}.")
+    if message["method"] == "tools/call":
+        _check_mirrored_arguments(exchange, message.get("params") or {})
     if not isinstance(version, str):
         raise RpcError(INVALID_PARAMS, "The protocol version in params._meta must be a string.")
     if version not in STATELESS_REVISIONS:
@@ -169,6 +171,40 @@ def _duplicated_routing_header(exchange: Exchange) -> str | None:
                 return name
             seen.add(name)
     return None
+
+
+def _check_mirrored_arguments(exchange: Exchange, params: dict[str, Any]) -> None:
+    """SEP-2243: each argument the tool's schema marks with `x-mcp-header` travels in an `Mcp-Param-<Name>` header
+    too, which must say the same as the body (decoded from `=?base64?...?=`; numbers and booleans as their JSON
+    text); an argument left out or null has no header. An unknown tool is left to tools/call to refuse."""
+    tool = registry.find_tool(params.get("name"))
+    arguments = params.get("arguments")
+    if tool is None or not isinstance(arguments, dict):
+        return
+    for argument, header in mirrored_arguments(tool).items():
+        value = arguments.get(argument)
+        sent = exchange.header(f"mcp-param-{header.lower()}")
+        if value is None:
+            if sent is not None:
+                raise RpcError(HEADER_MISMATCH, f"The Mcp-Param-{header} header is sent but {argument!r} is not.")
+            continue
+        expected = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        if sent is None:
+            raise RpcError(
+                HEADER_MISMATCH, f"The Mcp-Param-{header} header is missing: it must repeat the argument {argument!r}."
+            )
+        if decode_header_value(sent) != expected:
+            raise RpcError(HEADER_MISMATCH, f"The Mcp-Param-{header} header does not match the argument {argument!r}.")
+
+
+def mirrored_arguments(tool: registry.Tool) -> dict[str, str]:
+    """The tool's arguments marked `x-mcp-header` in its published schema, with the header name each goes in."""
+    properties = tool.descriptor()["inputSchema"].get("properties") or {}
+    return {
+        name: schema["x-mcp-header"]
+        for name, schema in properties.items()
+        if isinstance(schema, dict) and isinstance(schema.get("x-mcp-header"), str)
+    }
 
 
 def decode_header_value(value: str | None) -> str | None:

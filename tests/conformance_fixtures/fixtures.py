@@ -259,6 +259,140 @@ def json_schema_tool(ctx: CallContext, arguments: JsonSchemaArguments) -> dict[s
     return {"received": arguments.model_dump(mode="json", exclude_none=True)}
 
 
+# --- 2026-07-28: input_required rounds (SEP-2322) and the stateless diagnostics (SEP-2575) ---------------------
+
+NAME_SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+
+
+def _accepted(answer: Any, field: str) -> str:
+    content = answer.get("content") if isinstance(answer, dict) and answer.get("action") == "accept" else None
+    value = content.get(field) if isinstance(content, dict) else None
+    return value if isinstance(value, str) else "(not given)"
+
+
+def _sampled(answer: Any) -> str:
+    said = answer.get("content") if isinstance(answer, dict) else None
+    value = said.get("text") if isinstance(said, dict) else None
+    return value if isinstance(value, str) else "(no text)"
+
+
+def _roots(answer: Any) -> list[str]:
+    roots = answer.get("roots") if isinstance(answer, dict) else None
+    found = [root.get("uri") for root in roots if isinstance(root, dict)] if isinstance(roots, list) else []
+    return [uri for uri in found if isinstance(uri, str)]
+
+
+def rounds_elicitation(ctx: CallContext, arguments: registry.NoArguments) -> Generator[Any, Any, Content]:
+    """Asks the user's name (`user_name`) and greets them (conformance fixture)."""
+    answer = yield dialogue.elicit("What is your name?", NAME_SCHEMA, key="user_name")
+    return Content((text(f"Hello, {_accepted(answer, 'name')}!"),))
+
+
+def rounds_sampling(ctx: CallContext, arguments: registry.NoArguments) -> Generator[Any, Any, Content]:
+    """Asks the client's model a question (`capital_question`) and answers what it said (conformance fixture)."""
+    question = {"role": "user", "content": text("What is the capital of France?")}
+    answer = yield dialogue.create_message([question], max_tokens=100, key="capital_question")
+    return Content((text(f"The model said: {_sampled(answer)}"),))
+
+
+def rounds_list_roots(ctx: CallContext, arguments: registry.NoArguments) -> Generator[Any, Any, Content]:
+    """Asks the client for its roots (`client_roots`) and names them (conformance fixture)."""
+    answer = yield dialogue.list_roots(key="client_roots")
+    return Content((text(f"The client's roots: {', '.join(_roots(answer)) or '(none)'}"),))
+
+
+def rounds_request_state(ctx: CallContext, arguments: registry.NoArguments) -> Generator[Any, Any, Content]:
+    """Asks for a confirmation (`confirm`); its answer only comes back with the sealed request state, which the
+    server checked (conformance fixture)."""
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    answer = yield dialogue.elicit("Please confirm", schema, key="confirm")
+    content = answer.get("content") if isinstance(answer, dict) else None
+    return Content((text(f"state-ok: confirmed={json.dumps((content or {}).get('ok'))}"),))
+
+
+def rounds_multiple(ctx: CallContext, arguments: registry.NoArguments) -> Generator[Any, Any, Content]:
+    """Asks for a name, a model's greeting and the client's roots at once (conformance fixture)."""
+    greeting = {"role": "user", "content": text("Generate a greeting")}
+    answers = yield dialogue.ask_all(
+        {
+            "user_name": dialogue.elicit("What is your name?", NAME_SCHEMA),
+            "greeting": dialogue.create_message([greeting], max_tokens=50),
+            "client_roots": dialogue.list_roots(),
+        }
+    )
+    name, said = _accepted(answers["user_name"], "name"), _sampled(answers["greeting"])
+    return Content((text(f"{said} {name}; roots: {', '.join(_roots(answers['client_roots'])) or '(none)'}"),))
+
+
+def rounds_multi_round(ctx: CallContext, arguments: registry.NoArguments) -> Generator[Any, Any, Content]:
+    """Asks for a name (`step1`), then for a colour (`step2`): two rounds (conformance fixture)."""
+    first = yield dialogue.elicit("Step 1: What is your name?", NAME_SCHEMA, key="step1")
+    colour = {"type": "object", "properties": {"color": {"type": "string"}}, "required": ["color"]}
+    second = yield dialogue.elicit("Step 2: What is your favorite color?", colour, key="step2")
+    return Content((text(f"{_accepted(first, 'name')} likes {_accepted(second, 'color')}."),))
+
+
+def rounds_tampered_state(ctx: CallContext, arguments: registry.NoArguments) -> Generator[Any, Any, Content]:
+    """Asks for a confirmation; a changed request state on the way back is refused (conformance fixture)."""
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    yield dialogue.elicit("Please confirm", schema, key="confirm")
+    return Content((text("Confirmed."),))
+
+
+def rounds_capabilities(ctx: CallContext, arguments: registry.NoArguments) -> Generator[Any, Any, Content]:
+    """Asks only what the request's client declared it can answer: a user's name, a model's message (conformance
+    fixture)."""
+    asks: dict[str, dialogue.Ask] = {}
+    if dialogue.can_ask(ctx, "elicitation"):
+        asks["user_name"] = dialogue.elicit("What is your name?", NAME_SCHEMA)
+    if dialogue.can_ask(ctx, "sampling"):
+        asks["greeting"] = dialogue.create_message([{"role": "user", "content": text("Say hello")}], max_tokens=50)
+    answers = (yield dialogue.ask_all(asks)) if asks else {}
+    return Content((text(f"Asked for {', '.join(sorted(answers)) or 'nothing'}."),))
+
+
+def missing_capability(ctx: CallContext, arguments: registry.NoArguments) -> Generator[Any, Any, Content]:
+    """Needs the client's model (sampling): a request that does not declare it is refused with -32021
+    (conformance fixture)."""
+    answer = yield dialogue.create_message([{"role": "user", "content": text("Say hello")}], max_tokens=20)
+    return Content((text(f"The model said: {_sampled(answer)}"),))
+
+
+def streaming_elicitation(ctx: CallContext, arguments: registry.NoArguments) -> Generator[Any, Any, Content]:
+    """Reports progress, then asks the user's name: at 2026-07-28 the question is an input request in the result,
+    never a request on the response stream (conformance fixture)."""
+    yield dialogue.progress(0, 1)
+    answer = yield dialogue.elicit("What is your name?", NAME_SCHEMA, key="user_name")
+    yield dialogue.progress(1, 1)
+    return Content((text(f"Hello, {_accepted(answer, 'name')}!"),))
+
+
+def logging_tool(ctx: CallContext, arguments: registry.NoArguments) -> Content:
+    """Logs three messages at info: none reaches a client that did not ask for them (conformance fixture)."""
+    heard = sum(client_logging.emit(ctx, "info", "conformance", f"Log message {n}") for n in (1, 2, 3))
+    return Content((text(f"Logged {heard} of 3 messages."),))
+
+
+class HeaderArguments(registry.Arguments):
+    region: str = Field(
+        description="Mirrored into the Mcp-Param-Region header.",
+        max_length=200,
+        json_schema_extra={"x-mcp-header": "Region"},
+    )
+    query: str = Field(description="Not mirrored into any header.", max_length=200)
+    priority: int = Field(
+        default=0,
+        description="Mirrored into the Mcp-Param-Priority header.",
+        json_schema_extra={"x-mcp-header": "Priority"},
+    )
+
+
+def custom_headers(ctx: CallContext, arguments: HeaderArguments) -> dict[str, Any]:
+    """Echoes arguments whose values the client also sends as Mcp-Param headers, which the server checked against
+    the body (SEP-2243; conformance fixture)."""
+    return {"received": arguments.model_dump(mode="json", exclude_none=True)}
+
+
 TOOLS: tuple[tuple[str, Any, type[registry.Arguments]], ...] = (
     ("test_simple_text", simple_text, registry.NoArguments),
     ("test_image_content", image_content, registry.NoArguments),
@@ -273,6 +407,18 @@ TOOLS: tuple[tuple[str, Any, type[registry.Arguments]], ...] = (
     ("test_elicitation_sep1034_defaults", elicitation_defaults, registry.NoArguments),
     ("test_elicitation_sep1330_enums", elicitation_enums, registry.NoArguments),
     ("json_schema_2020_12_tool", json_schema_tool, JsonSchemaArguments),
+    ("test_input_required_result_elicitation", rounds_elicitation, registry.NoArguments),
+    ("test_input_required_result_sampling", rounds_sampling, registry.NoArguments),
+    ("test_input_required_result_list_roots", rounds_list_roots, registry.NoArguments),
+    ("test_input_required_result_request_state", rounds_request_state, registry.NoArguments),
+    ("test_input_required_result_multiple_inputs", rounds_multiple, registry.NoArguments),
+    ("test_input_required_result_multi_round", rounds_multi_round, registry.NoArguments),
+    ("test_input_required_result_tampered_state", rounds_tampered_state, registry.NoArguments),
+    ("test_input_required_result_capabilities", rounds_capabilities, registry.NoArguments),
+    ("test_missing_capability", missing_capability, registry.NoArguments),
+    ("test_streaming_elicitation", streaming_elicitation, registry.NoArguments),
+    ("test_logging_tool", logging_tool, registry.NoArguments),
+    ("test_custom_headers", custom_headers, HeaderArguments),
 )
 
 
@@ -332,6 +478,12 @@ def _embedded_resource_messages(arguments: dict[str, str]) -> list[dict[str, Any
     ]
 
 
+def _prompt_with_context(arguments: dict[str, str]) -> Generator[Any, Any, list[dict[str, Any]]]:
+    schema = {"type": "object", "properties": {"context": {"type": "string"}}, "required": ["context"]}
+    answer = yield dialogue.elicit("What context should the prompt use?", schema, key="user_context")
+    return [{"role": "user", "content": text(f"Use this context: {_accepted(answer, 'context')}")}]
+
+
 PROMPTS = (
     Prompt(
         "test_simple_prompt",
@@ -363,6 +515,13 @@ PROMPTS = (
             {"role": "user", "content": IMAGE},
             {"role": "user", "content": text("Please analyze the image above.")},
         ],
+    ),
+    Prompt(
+        "test_input_required_result_prompt",
+        "Prompt that asks for context",
+        "A prompt that asks the user for its context first (2026-07-28 input_required; conformance fixture).",
+        (),
+        converse=_prompt_with_context,
     ),
 )
 

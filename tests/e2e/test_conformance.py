@@ -67,25 +67,30 @@ def proxied(forge_server, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def proxied_fixtures(tmp_path_factory):
-    """A server of its own with the fixtures app. The suite opens a session per scenario and never ends one,
-    so its token may hold more sessions than a deployment's default allows."""
+    """A server of its own with the fixtures app. The suite opens a session per scenario and never ends one, and
+    drops event streams without waiting for the server to see them go (it does at its next keep-alive), so its
+    token may hold more sessions and streams than a deployment's defaults allow."""
     data_dir = tmp_path_factory.mktemp("conformance-fixtures")
     with scratch_database() as database:
         env, token = prepare(
-            data_dir, DJANGO_SETTINGS_MODULE=FIXTURE_SETTINGS, FORGE_MAX_SESSIONS_PER_TOKEN="1000", **database
+            data_dir,
+            DJANGO_SETTINGS_MODULE=FIXTURE_SETTINGS,
+            FORGE_MAX_SESSIONS_PER_TOKEN="1000",
+            FORGE_MAX_STREAMS_PER_TOKEN="1000",
+            **database,
         )
         with run_server(env, token, data_dir) as server, proxy_for(server, data_dir) as url:
             yield url
 
 
-def _run(args: list[str], timeout: float) -> subprocess.CompletedProcess:
-    done = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+def _run(args: list[str], timeout: float, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
     print(done.stdout[-6000:], done.stderr[-2000:])
     return done
 
 
-def _suite(url: str, *options: str) -> list[str]:
-    done = _run([sys.executable, str(RUNNER), "suite", *options, f"{url}/mcp"], timeout=900)
+def _suite(url: str, *options: str, env: dict[str, str] | None = None) -> list[str]:
+    done = _run([sys.executable, str(RUNNER), "suite", *options, f"{url}/mcp"], timeout=900, env=env)
     lines = done.stdout.strip().splitlines()
     assert done.returncode == 0, done.stdout
     assert lines[-1].startswith("conformance: ") and " 0 failed " in lines[-1], lines[-1]
@@ -102,6 +107,37 @@ def test_every_scenario_passes_with_the_fixtures_app(proxied_fixtures):
         "tools-call-with-progress",
         "prompts-get-with-image",
     } <= set(passed)
+
+
+# The newest suite published when this was written, which also has the 2026-07-28 list. Each run takes about
+# half a minute against the fixtures server.
+NEWER_SUITE = "0.2.0-alpha.12"
+
+
+@pytest.mark.parametrize(
+    ("revision", "at_least", "scenarios"),
+    [
+        ("2025-11-25", 33, {"tools-call-sampling", "tools-call-elicitation", "json-schema-2020-12"}),
+        (
+            "2026-07-28",
+            40,
+            {
+                "server-stateless",
+                "http-custom-header-server-validation",
+                "input-required-result-multi-round",
+                "input-required-result-tampered-state",
+                "input-required-result-non-tool-request",
+            },
+        ),
+    ],
+)
+def test_every_scenario_of_the_newer_suite_passes_with_the_fixtures_app(
+    proxied_fixtures, revision, at_least, scenarios
+):
+    env = {**os.environ, "FORGE_CONFORMANCE_VERSION": NEWER_SUITE, "FORGE_CONFORMANCE_SPEC": revision}
+    passed = _suite(proxied_fixtures, env=env)
+    assert len(passed) >= at_least
+    assert scenarios <= set(passed)
 
 
 def test_every_generic_and_capability_scenario_passes_without_the_fixtures(proxied):

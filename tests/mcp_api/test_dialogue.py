@@ -205,7 +205,7 @@ def test_a_conversing_tool_must_only_read():
     tool = Tool("writer", "Writer", "Writes.", NoArguments, asking, read_only=False)
     with pytest.raises(TypeError):
         _converse(
-            CallContext(token=None, revision="2025-11-25", transport="streamable_http"), tool, NoArguments(), None
+            CallContext(token=None, revision="2025-11-25", transport="streamable_http"), tool, NoArguments(), None, {}
         )  # type: ignore[arg-type]
 
 
@@ -237,4 +237,6 @@ async def test_at_the_stateless_revision_progress_goes_on_the_call_stream_and_no
     assert events[-1]["result"]["structuredContent"] == {"counted": 2}
     assert events[-1]["result"]["resultType"] == "complete"
     assert [e.get("method") for e in refused] == ["notifications/progress", None]
-    assert refused[-1]["result"]["structuredContent"]["error"] == "FORGE_ERR_CLIENT_UNREACHABLE"
+    # Its request is never sent: the client declared no sampling, so the call ends with -32021.
+    assert refused[-1]["error"]["code"] == -32021
+    assert refused[-1]["error"]["data"] == {"requiredCapabilities": {"sampling": {}}}
