@@ -7,6 +7,9 @@ token for each. Raw token values live only in these fixtures; the database holds
 from __future__ import annotations
 
 import importlib
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,6 +82,16 @@ def django_db_setup(django_db_setup, django_db_blocker):
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )
+
+
+def pytest_configure(config) -> None:
+    """The run's own runtime folder for the binding and instance records of every server it starts
+    (`forge_core.instances`), so neither a server the developer runs beside the tests nor a record left by
+    an earlier run changes what the tests see (the dashboard's two-writers panel, discovery)."""
+    if "FORGE_RUNTIME_DIR" not in os.environ:
+        folder = tempfile.mkdtemp(prefix="forge-test-runtime-")
+        os.environ["FORGE_RUNTIME_DIR"] = folder
+        config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
 
 
 def pytest_collection_modifyitems(config, items) -> None:
