@@ -302,6 +302,13 @@ def unreachable(item: Ask | Batch) -> Refusal:
 def one_at_a_time(steps: Generator[Any, Any, Any]) -> Generator[Any, Any, Any]:
     """The steps of a conversing tool with each batch of requests asked one after another, as a session's stream
     carries them; a refusal of one of them is raised in the tool at the batch's yield."""
+    try:
+        return (yield from _batches_in_turn(steps))
+    finally:
+        steps.close()  # the call ended early (cancelled, its client gone): the tool's own clean-up runs now
+
+
+def _batches_in_turn(steps: Generator[Any, Any, Any]) -> Generator[Any, Any, Any]:
     sent: Any = None
     thrown: BaseException | None = None
     while True:

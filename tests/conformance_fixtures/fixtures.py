@@ -21,6 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, model_validator
 from pydantic.json_schema import GenerateJsonSchema
 
+from forge_core import live
 from forge_core.errors import Refusal
 from mcp_api import dialogue, prompts, registry, resources
 from mcp_api import logging as client_logging
@@ -393,6 +394,26 @@ def custom_headers(ctx: CallContext, arguments: HeaderArguments) -> dict[str, An
     return {"received": arguments.model_dump(mode="json", exclude_none=True)}
 
 
+DYNAMIC_TOOL = "test_dynamic_tool"
+
+
+def dynamic_tool(ctx: CallContext, arguments: registry.NoArguments) -> Content:
+    """Comes and goes with test_trigger_tool_change (conformance fixture)."""
+    return Content((text("This tool comes and goes."),))
+
+
+def trigger_tool_change(ctx: CallContext, arguments: registry.NoArguments) -> Content:
+    """Adds test_dynamic_tool to this process's tools, or takes it away again, and tells every open stream that
+    the list changed (SEP-2575's listen streams hear notifications/tools/list_changed; conformance fixture)."""
+    if registry.REGISTRY.pop(DYNAMIC_TOOL, None) is None:
+        registry.tool(DYNAMIC_TOOL, title="test dynamic tool")(dynamic_tool)
+        change = "added"
+    else:
+        change = "removed"
+    live.notify_tools_changed()
+    return Content((text(f"{DYNAMIC_TOOL} {change}."),))
+
+
 TOOLS: tuple[tuple[str, Any, type[registry.Arguments]], ...] = (
     ("test_simple_text", simple_text, registry.NoArguments),
     ("test_image_content", image_content, registry.NoArguments),
@@ -532,6 +553,10 @@ def register_all() -> None:
         return
     for name, handler, arguments in TOOLS:
         registry.tool(name, title=name.replace("_", " "), arguments=arguments)(handler)
+    # It changes what tools/list says (this process's registry), so it is not marked read-only.
+    registry.tool("test_trigger_tool_change", title="test trigger tool change", read_only=False, idempotent=False)(
+        trigger_tool_change
+    )
     for resource in RESOURCES:
         resources.register_open_resource(resource)
     resources.register_open_template(TEMPLATE)
