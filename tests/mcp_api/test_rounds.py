@@ -20,6 +20,7 @@ from mcp_api.results import Content
 from mcp_api.revisions import CLIENT_CAPABILITIES_META_KEY
 from tests.mcp_api.helpers import (
     envelope,
+    open_stream,
     registered,
     send,
     stateless_headers,
@@ -200,3 +201,38 @@ async def test_arguments_marked_x_mcp_header_must_match_their_mcp_param_headers(
         assert response.status == 200 and response.json()["result"]["structuredContent"] == {"region": "north"}
     else:
         assert response.status == 400 and response.error_code == -32020
+
+
+def reporting_then_asking(ctx: Any, arguments: NoArguments) -> Generator[Any, Any, Content]:
+    """Reports progress, then asks a name."""
+    yield dialogue.progress(1, 2)
+    answer = yield dialogue.elicit("Name?", NAME, key="name")
+    return Content(({"type": "text", "text": answer["content"]["name"]},))
+
+
+REPORTING = Tool("reporting", "Reporting", "Reports, then asks.", NoArguments, reporting_then_asking)
+
+
+async def test_on_an_event_stream_progress_goes_out_and_the_call_ends_with_input_required(cast):
+    message = call({}, name="reporting")
+    message["params"]["_meta"]["progressToken"] = "r"
+    headers = stateless_headers(cast.caretaker.raw_token, "tools/call", name="reporting")
+    with registered(REPORTING):
+        async with open_stream("POST", "/mcp", headers=headers, body=message) as stream:
+            events = [event.json() for event in await stream.until_closed()]
+    assert [event.get("method") for event in events] == ["notifications/progress", None]
+    # No request goes to the client on the stream: what it must answer is in the result.
+    assert events[-1]["result"]["resultType"] == "input_required"
+    assert list(events[-1]["result"]["inputRequests"]) == ["name"]
+
+
+async def test_a_request_state_of_another_call_is_refused(cast):
+    token = cast.caretaker.raw_token
+    with registered(TWO_QUESTIONS), registered(REPORTING):
+        first = (await post_call(token, call({}))).json()["result"]
+        elsewhere = call(
+            {"inputResponses": {"name": ACCEPT_ALICE}, "requestState": first["requestState"]}, name="reporting"
+        )
+        response = await post_call(token, elsewhere)
+    assert response.status == 400 and response.error_code == -32602
+    assert "another call" in response.json()["error"]["message"]
