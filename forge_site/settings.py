@@ -8,6 +8,8 @@ messages through Redis.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -137,6 +139,11 @@ else:
                 "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=10000;",
                 "transaction_mode": "IMMEDIATE",
             },
+            # The tests' database is a file too, in WAL mode as a deployment's: an in-memory one shares one
+            # cache between connections, where a reader meets "database table is locked" at once while
+            # another thread writes, instead of reading beside the writer. One per test process, so two runs
+            # side by side in one checkout keep apart.
+            "TEST": {"NAME": str(Path(tempfile.gettempdir()) / f"forge-test-{os.getpid()}.sqlite3")},
         }
     }
     # Persistent connections: with Django's default of 0 every thread hop reopens the database, which

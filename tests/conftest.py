@@ -92,6 +92,20 @@ def pytest_configure(config) -> None:
         folder = tempfile.mkdtemp(prefix="forge-test-runtime-")
         os.environ["FORGE_RUNTIME_DIR"] = folder
         config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+    # The SQLite test database is a file in WAL mode: a write-ahead log left by an interrupted run must not
+    # be replayed into the new database the run creates under the same name.
+    config.add_cleanup(_remove_test_database_logs)
+    _remove_test_database_logs()
+
+
+def _remove_test_database_logs() -> None:
+    from django.conf import settings
+
+    database = settings.DATABASES["default"]
+    name = database.get("TEST", {}).get("NAME")
+    if name and "sqlite" in database["ENGINE"]:
+        for suffix in ("-wal", "-shm", "-journal"):
+            Path(f"{name}{suffix}").unlink(missing_ok=True)
 
 
 def pytest_collection_modifyitems(config, items) -> None:
