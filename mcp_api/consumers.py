@@ -494,6 +494,17 @@ class McpHttpConsumer(EventStreamConsumer):
                 params = {"uri": uri, "_meta": {SUBSCRIPTION_ID_META_KEY: plan.subscription_id}}
                 await self.send_event({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": params})
 
+    async def mcp_task_status(self, event: dict[str, Any]) -> None:
+        """A task this listen stream named in its `taskIds` changed status (only such streams join the task's
+        group): `notifications/tasks`, with the stream's subscription id."""
+        plan = self.plan
+        if plan is None or plan.subscription_id is None:
+            return
+        notification = json.loads(event["json"])
+        params = notification.setdefault("params", {})
+        params["_meta"] = {**params.get("_meta", {}), SUBSCRIPTION_ID_META_KEY: plan.subscription_id}
+        await self.send_event(notification)
+
     async def mcp_revoked(self, event: dict[str, Any]) -> None:
         await self.end_stream()
 

@@ -11,7 +11,7 @@ confirmation that an operator decides in the console. How the client hears of it
   principal's task id is "not found"); its status is read from the confirmation; `tasks/get`, `tasks/cancel`,
   and at 2025-11-25 `tasks/list` and `tasks/result` (2026-07-28 removed both) follow it; once the operator
   decides (or it expires), a status notification goes to the session's streams or, at 2026-07-28, to the
-  token's `subscriptions/listen` streams;
+  `subscriptions/listen` streams that named the task in their `taskIds`;
 - a 2026-07-28 client that declared URL-mode elicitation (and not the Tasks extension) gets an `input_required`
   result carrying one URL elicitation, the confirmation's console page, and a request state sealed by the
   server (HMAC over the principal, the confirmation, the tool and the digest of the arguments). The retry of
@@ -36,7 +36,7 @@ from django.db import transaction
 from django.db.models.signals import post_save
 from django.utils import timezone
 
-from access.models import session_group, token_group
+from access.models import session_group
 from audit.models import EventKind
 from audit.services import record
 from confirmations.models import ConfirmationState, PendingConfirmation
@@ -66,6 +66,7 @@ DEFAULT_TTL_MS = 60 * 60 * 1000
 MAX_TTL_MS = 24 * 60 * 60 * 1000
 # An operator decides in seconds or minutes, not milliseconds: a tighter poll only costs the server.
 POLL_INTERVAL_MS = 2000
+MAX_LISTENED_TASKS = 100  # task ids one subscriptions/listen may name
 LIST_PAGE = 50
 STATE_VERSION = "frs1"
 MAX_STATE_CHARS = 2000
@@ -361,29 +362,49 @@ def _confirmation_saved(
     transaction.on_commit(lambda: announce(confirmation_id))
 
 
+def task_group(task_id: str) -> str:
+    """The channel-layer group of the `subscriptions/listen` streams that named the task in their `taskIds`."""
+    return f"mcp.task.{task_id}"
+
+
+def listened_tasks(ctx: CallContext, wanted: Any) -> list[str]:
+    """The tasks a 2026-07-28 `subscriptions/listen` names in `taskIds`, each the caller's own: an unknown id or
+    another principal's is refused as tasks/get refuses it (audited), and the first refusal refuses the listen.
+    The extension's status notifications go only to a listen that named the task, so one naming none hears
+    none."""
+    if wanted is None:
+        return []
+    _offered(ctx, "subscriptions/listen")
+    if not isinstance(wanted, list) or not 0 < len(wanted) <= MAX_LISTENED_TASKS:
+        raise RpcError(
+            INVALID_PARAMS,
+            f"Invalid params: taskIds is a list of 1 to {MAX_LISTENED_TASKS} task ids from your tools/call answers.",
+        )
+    return sorted({str(_own_task(ctx, {"taskId": task_id}, "subscriptions/listen").id) for task_id in wanted})
+
+
 def announce(confirmation_id: Any) -> int:
     """Send the task's new status to where its client listens: the session's streams (2025-11-25), or the
-    token's subscriptions/listen streams (2026-07-28). Returns how many tasks were announced."""
+    `subscriptions/listen` streams that named the task (2026-07-28; each adds its own subscription id).
+    Returns how many tasks were announced."""
     told = 0
     for task in ApprovalTask.objects.select_related("confirmation").filter(confirmation_id=confirmation_id):
-        stateless = task.revision in STATELESS_REVISIONS
-        if stateless:
+        if task.revision in STATELESS_REVISIONS:
             message = {
                 "jsonrpc": "2.0",
                 "method": "notifications/tasks",
                 "params": task_fields(task, stateless=True, detailed=True),
             }
-            group = token_group(task.token_id)
+            notify_streams(task_group(str(task.id)), "mcp.task_status", json=encode(message).decode())
         elif task.session_id:
             message = {
                 "jsonrpc": "2.0",
                 "method": "notifications/tasks/status",
                 "params": task_fields(task, stateless=False),
             }
-            group = session_group(task.session_id)
+            notify_streams(session_group(task.session_id), "mcp.message", json=encode(message).decode())
         else:
             continue
-        notify_streams(group, "mcp.message", json=encode(message).decode())
         told += 1
     return told
 

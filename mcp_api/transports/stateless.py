@@ -14,7 +14,7 @@ from typing import Any
 
 from access import limits
 from access.models import BROADCAST_GROUP, ClientToken, Transport, token_group
-from mcp_api import jsonrpc, registry
+from mcp_api import jsonrpc, registry, tasks
 from mcp_api.jsonrpc import (
     HEADER_MISMATCH,
     INVALID_PARAMS,
@@ -233,6 +233,12 @@ def _listen(ctx: CallContext, message: dict[str, Any]) -> Reply:
     resources = _listened_resources(ctx, requested.get("resourceSubscriptions"), message)
     if resources is not None:
         honored["resourceSubscriptions"] = list(resources)
+    try:
+        task_ids = tasks.listened_tasks(ctx, requested.get("taskIds"))
+    except RpcError as refused:
+        raise ExchangeRefused(refused, message["id"], status=ERROR_STATUS.get(refused.code, 200)) from None
+    if task_ids:
+        honored["taskIds"] = task_ids
     subscription_id = message["id"]
     acknowledged = {
         "jsonrpc": "2.0",
@@ -247,7 +253,12 @@ def _listen(ctx: CallContext, message: dict[str, Any]) -> Reply:
     plan = StreamPlan(
         token_id=ctx.token.pk,
         token_expires_at=ctx.token.expires_at,
-        groups=[token_group(ctx.token.pk), BROADCAST_GROUP, *map(listeners_group, projects)],
+        groups=[
+            token_group(ctx.token.pk),
+            BROADCAST_GROUP,
+            *map(listeners_group, projects),
+            *map(tasks.task_group, task_ids),
+        ],
         # A stream following a project's resources holds them through the session handle that was granted
         # them: it ends with the handle.
         session_id=(ctx.session_id or None) if followed else None,

@@ -10,14 +10,16 @@ from typing import Any
 import pytest
 from channels.db import database_sync_to_async
 
+from access.models import BROADCAST_GROUP
 from audit.models import AuditEvent, EventKind
 from confirmations import sealing
 from confirmations.models import ConfirmationState, PendingConfirmation
 from confirmations.services import do_deny_confirmation
+from forge_core.live import notify_streams
 from mcp_api import tasks
 from mcp_api.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, MISSING_REQUIRED_CLIENT_CAPABILITY
 from mcp_api.models import ApprovalTask
-from mcp_api.revisions import CLIENT_CAPABILITIES_META_KEY
+from mcp_api.revisions import CLIENT_CAPABILITIES_META_KEY, SUBSCRIPTION_ID_META_KEY
 from projects.models import Project
 from tests.mcp_api.helpers import (
     Response,
@@ -248,21 +250,81 @@ async def test_a_decided_task_cannot_be_cancelled_and_the_refusal_says_why(cast)
     assert await refusals("tasks/cancel") == ["refused: already denied"]
 
 
-async def test_the_decision_is_announced_on_the_tokens_listen_stream(cast):
+def listen_to(task_ids: Any, capabilities: dict[str, Any] = TASKS, **filters: Any) -> dict[str, Any]:
+    notifications = {"taskIds": task_ids, **filters} if task_ids is not None else filters
+    return stateless_rpc(
+        "subscriptions/listen", {"notifications": notifications}, id="listen-t", meta=meta(capabilities)
+    )
+
+
+LISTEN_HEADERS = "subscriptions/listen"
+
+
+async def test_a_listen_naming_the_task_hears_its_decision_with_the_subscription_id(cast):
     token = cast.operator.raw_token
     task_id = result(await write(token, TASKS))["taskId"]
-    listen = stateless_rpc("subscriptions/listen", {"notifications": {"toolsListChanged": True}}, meta=meta(TASKS))
-    headers = stateless_headers(token, "subscriptions/listen")
+    headers = stateless_headers(token, LISTEN_HEADERS)
 
-    async with open_stream("POST", "/mcp", headers=headers, body=listen) as stream:
-        await stream.next_event()  # the acknowledgement
+    async with open_stream("POST", "/mcp", headers=headers, body=listen_to([task_id])) as stream:
+        acknowledged = (await stream.next_event()).json()
         await approve(str((await confirmation()).id), cast.operator.user)
         event = (await stream.next_event()).json()
 
+    assert acknowledged["params"]["notifications"] == {"taskIds": [task_id]}
     assert event["method"] == "notifications/tasks"
     assert event["params"]["taskId"] == task_id
     assert event["params"]["status"] == "completed"
     assert event["params"]["result"]["structuredContent"]["state"] == "executed"
+    assert event["params"]["_meta"] == {SUBSCRIPTION_ID_META_KEY: "listen-t"}
+
+
+async def test_a_listen_naming_no_task_hears_no_task_notification(cast):
+    token = cast.operator.raw_token
+    await write(token, TASKS)
+    headers = stateless_headers(token, LISTEN_HEADERS)
+    body = listen_to(None, toolsListChanged=True)
+
+    async with open_stream("POST", "/mcp", headers=headers, body=body) as stream:
+        await stream.next_event()  # the acknowledgement
+        await approve(str((await confirmation()).id), cast.operator.user)
+        await database_sync_to_async(notify_streams)(BROADCAST_GROUP, "mcp.tools_changed")
+        event = (await stream.next_event()).json()
+
+    # The first thing it hears after the decision is the later tool-list change: no task notification came.
+    assert event["method"] == "notifications/tools/list_changed"
+
+
+async def test_a_listen_naming_another_principals_task_is_refused_and_audited(cast):
+    task_id = result(await write(cast.operator.raw_token, TASKS))["taskId"]
+    headers = stateless_headers(cast.other_operator.raw_token, LISTEN_HEADERS)
+
+    response = await send("POST", "/mcp", headers=headers, body=listen_to([task_id]))
+
+    assert response.status == 400
+    refused = error(response)
+    assert refused["code"] == INVALID_PARAMS and "no such task" in refused["message"]
+    assert await refusals("subscriptions/listen") == ["refused: task not found"]
+
+
+@pytest.mark.parametrize(
+    "task_ids", [["00000000-0000-0000-0000-000000000000"], ["not-a-uuid"], [7], [], "a-task", ["x"] * 101]
+)
+async def test_a_listen_naming_unknown_or_malformed_task_ids_is_invalid_params(cast, task_ids):
+    headers = stateless_headers(cast.operator.raw_token, LISTEN_HEADERS)
+
+    response = await send("POST", "/mcp", headers=headers, body=listen_to(task_ids))
+
+    assert response.status == 400
+    assert error(response)["code"] == INVALID_PARAMS
+
+
+async def test_a_listen_naming_tasks_needs_the_declared_extension(cast):
+    task_id = result(await write(cast.operator.raw_token, TASKS))["taskId"]
+    headers = stateless_headers(cast.operator.raw_token, LISTEN_HEADERS)
+
+    response = await send("POST", "/mcp", headers=headers, body=listen_to([task_id], capabilities={}))
+
+    assert error(response)["code"] == MISSING_REQUIRED_CLIENT_CAPABILITY
 
 
 # --- Tasks at 2025-11-25 -------------------------------------------------------------------------------------
