@@ -207,9 +207,11 @@ def transition(
     changes: Mapping[str, Any] | None = None,
     inside: Callable[[Contract], None] | None = None,
     resolution: bool = False,
+    savepoint: bool = True,
 ) -> Contract:
-    """Move a contract to `to` in one transaction; refused unless declared and the record is unchanged."""
-    with transaction.atomic():
+    """Move a contract to `to` in one transaction; refused unless declared and the record is unchanged.
+    `savepoint=False` inside a caller's transaction that fails as a whole when the move fails (prepare's)."""
+    with transaction.atomic(savepoint=savepoint):
         current = Contract.objects.select_for_update().get(pk=contract.pk)
         previous = _verify_head(current)
         if (current.state, current.version) != (contract.state, contract.version):
@@ -304,40 +306,46 @@ def prepare(
             )
     except ExecutionRefused as refused:
         refusal = refused
-    with transaction.atomic():
-        try:
-            with transaction.atomic():
-                contract.save(force_insert=True)
-        except IntegrityError:
-            raise ExecutionRefused("duplicate", "this request was carried out (or refused) once already") from None
-        _append_event(contract, "", actor, "recorded", previous="")
-        if refusal is not None:
-            transition(contract, S.FAILED, actor=actor, reason=refusal.reason)
-        else:
-            evidence = {
-                **approval,
-                "nonce": secrets.token_hex(16),
-                "contract": str(contract.id),
-                "operation": str(contract.operation_id),
-                "target_digest": contract.target_digest,
-                "precondition_fingerprint": observed.fingerprint,
-                "intent_digest": contract.intent_digest,
-                "issued": now.isoformat(),
-                "expires": contract.expires_at.isoformat(),
-            }
-            transition(
-                contract,
-                S.PREPARED,
-                actor=actor,
-                reason="prepared",
-                changes={
+    # No savepoints inside: the record is the transaction's first statement, so a duplicate key rolls the whole
+    # of it back, and whatever fails later in it fails prepare as a whole.
+    recorded = False
+    try:
+        with transaction.atomic():
+            contract.save(force_insert=True)
+            recorded = True
+            _append_event(contract, "", actor, "recorded", previous="")
+            if refusal is not None:
+                transition(contract, S.FAILED, actor=actor, reason=refusal.reason, savepoint=False)
+            else:
+                evidence = {
+                    **approval,
+                    "nonce": secrets.token_hex(16),
+                    "contract": str(contract.id),
+                    "operation": str(contract.operation_id),
+                    "target_digest": contract.target_digest,
                     "precondition_fingerprint": observed.fingerprint,
-                    "snapshot_sealed": sealing.seal(str(contract.id), "snapshot", observed.content),
-                    "snapshot_digest": sealing.digest(observed.content),
-                    "expected_post_fingerprint": adapter.fingerprint(result),
-                    "confirmation_digest": sealing.mac({"evidence": evidence}),
-                },
-            )
+                    "intent_digest": contract.intent_digest,
+                    "issued": now.isoformat(),
+                    "expires": contract.expires_at.isoformat(),
+                }
+                transition(
+                    contract,
+                    S.PREPARED,
+                    actor=actor,
+                    reason="prepared",
+                    savepoint=False,
+                    changes={
+                        "precondition_fingerprint": observed.fingerprint,
+                        "snapshot_sealed": sealing.seal(str(contract.id), "snapshot", observed.content),
+                        "snapshot_digest": sealing.digest(observed.content),
+                        "expected_post_fingerprint": adapter.fingerprint(result),
+                        "confirmation_digest": sealing.mac({"evidence": evidence}),
+                    },
+                )
+    except IntegrityError:
+        if recorded:
+            raise
+        raise ExecutionRefused("duplicate", "this request was carried out (or refused) once already") from None
     if refusal is not None:
         raise refusal
     # Kept on this object only: execute in the same process writes these bytes instead of computing them
