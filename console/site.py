@@ -7,7 +7,9 @@ the admin's index, above the usual list of apps, one POST endpoint that turns th
 of a pending confirmation that write tools give their clients (`/console/confirmations/<id>/`), and the
 working-draft screens (`console.draft_screens`, under `/console/drafts/`) and the caretaker's
 (`console.caretaker_screens`, under `/console/caretaker/`). The client
-configurations here are also what `demo_setup` prints, there with the demo token filled in.
+configurations here are also what `demo_setup` prints, there with the demo token filled in. Claude Desktop's
+comes twice: through `npx mcp-remote`, and through this checkout's own stdio bridge (`mcp_stdio`), which
+finds the server without a URL and reads the token from a 0600 file, so that one holds no token.
 
 When this process serves HTTPS (`runmcp --tls-port`), the dashboard also shows the server certificate's
 fingerprint art (what a member compares with what a client shows before trusting it) and the configurations
@@ -20,10 +22,13 @@ from __future__ import annotations
 import json
 import logging
 import shlex
+import sys
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count
@@ -56,12 +61,16 @@ from projects.writers import SharedFile, shared_files
 log = logging.getLogger(__name__)
 
 TOKEN_PLACEHOLDER = "<your token>"
+STDIO_TOKEN_FILE = "client-token"
 OPEN_SESSIONS_SHOWN = 50
 
 
-def client_configurations(url: str, sse_url: str, token: str) -> dict[str, object]:
-    """Ready configurations for the usual clients, keyed by client; dicts are JSON files, strings commands."""
+def client_configurations(url: str, sse_url: str, token: str, token_file: Path | None = None) -> dict[str, object]:
+    """Ready configurations for the usual clients, keyed by client; dicts are JSON files, strings commands.
+    `token_file` is where this checkout's stdio bridge reads the client token (the dashboard's default file
+    unless given)."""
     header = {"Authorization": f"Bearer {token}"}
+    token_file = token_file or stdio_token_file()
     return {
         # Claude Desktop's config file starts local (stdio) servers; mcp-remote bridges one to this URL.
         "claude_desktop": {
@@ -69,12 +78,39 @@ def client_configurations(url: str, sse_url: str, token: str) -> dict[str, objec
                 "forge": {"command": "npx", "args": ["mcp-remote", url, "--header", f"Authorization: Bearer {token}"]}
             }
         },
+        # Or this checkout's own bridge, which finds the running server of its data folder (no URL) and reads
+        # the token from a file only its owner may read, so none is in the client's configuration.
+        "claude_desktop_stdio": {"mcpServers": {"forge": stdio_server(token_file)}},
+        "stdio_token_file": stdio_token_file_command(token_file),
         "claude_code": f"claude mcp add --transport http forge {url} --header 'Authorization: Bearer {token}'",
         "cursor": {"mcpServers": {"forge": {"url": url, "headers": header}}},
         "inspector": f"npx @modelcontextprotocol/inspector --cli {url} --transport http "
         f"--header 'Authorization: Bearer {token}' --method tools/list",
         "legacy_sse": {"url": sse_url, "headers": header},
     }
+
+
+def stdio_token_file() -> Path:
+    """The file the dashboard's stdio configuration names for the client token: in this data folder's private
+    secrets folder (0700)."""
+    return Path(settings.FORGE_SECRETS_DIR) / STDIO_TOKEN_FILE
+
+
+def stdio_server(token_file: Path) -> dict[str, Any]:
+    """How a stdio client starts this checkout's bridge: its virtualenv's Python, manage.py by absolute path,
+    and the data folder, so it finds the server this process belongs to without a URL."""
+    return {
+        "command": sys.executable,
+        "args": [str(Path(settings.BASE_DIR) / "manage.py"), "mcp_stdio", "--token-file", str(token_file)],
+        "env": {"FORGE_DATA_DIR": str(settings.FORGE_DATA_DIR)},
+    }
+
+
+def stdio_token_file_command(token_file: Path) -> str:
+    """A shell command that stores a pasted token in `token_file`, readable by its owner only (the bridge refuses
+    a looser file). The token is typed into `cat`, so it is in no command line and no shell history."""
+    quoted = shlex.quote(str(token_file))
+    return f"(umask 077 && mkdir -p {shlex.quote(str(token_file.parent))} && cat > {quoted} && chmod 600 {quoted})"
 
 
 @dataclass(frozen=True)
@@ -156,6 +192,12 @@ class ClientConfiguration:
 # (key in client_configurations, client, where the text goes)
 SHOWN_CONFIGURATIONS = [
     ("claude_desktop", "Claude Desktop", "claude_desktop_config.json"),
+    (
+        "claude_desktop_stdio",
+        "Claude Desktop through mcp_stdio",
+        "claude_desktop_config.json (finds the running server by itself; reads the token file below)",
+    ),
+    ("stdio_token_file", "mcp_stdio's token file", "a terminal: run it, paste the token, press Enter, then Ctrl-D"),
     ("claude_code", "Claude Code", "a terminal"),
     ("cursor", "Cursor", "~/.cursor/mcp.json, or .cursor/mcp.json in a project"),
     ("inspector", "MCP Inspector", "a terminal (lists the tools)"),

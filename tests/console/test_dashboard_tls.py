@@ -13,7 +13,7 @@ from django.test import Client
 from django.urls import reverse
 
 from caretaker.randomart import key_art
-from console.site import MemberFiles, mtls_configurations
+from console.site import SHOWN_CONFIGURATIONS, MemberFiles, mtls_configurations
 from tests.serving_tls import serving_tls, trust_a_team_ca
 
 pytestmark = pytest.mark.django_db
@@ -43,12 +43,7 @@ def test_without_tls_the_dashboard_shows_no_certificate_and_no_mtls_configuratio
     assert response.context["dashboard"].tls is None
     assert 'id="tls-certificate"' not in page
     assert 'id="mtls-configurations"' not in page
-    assert [c.key for c in response.context["dashboard"].configurations] == [
-        "claude_desktop",
-        "claude_code",
-        "cursor",
-        "inspector",
-    ]
+    assert [c.key for c in response.context["dashboard"].configurations] == [key for key, _, _ in SHOWN_CONFIGURATIONS]
 
 
 def test_serving_tls_the_dashboard_shows_the_server_certificates_fingerprint_art(operator_client, tmp_path):

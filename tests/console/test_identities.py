@@ -71,6 +71,8 @@ def test_a_client_token_made_on_the_form_is_shown_once_with_configurations_and_s
     assert "no-store" in answer["Cache-Control"]
     assert 'data-copy="raw-token"' in page
     assert f"Authorization: Bearer {raw}" in page  # a ready configuration, with this token in it
+    stdio = {shown.key: shown.text for shown in answer.context["configurations"]}["claude_desktop_stdio"]
+    assert raw not in stdio and "--token-file" in stdio  # the bridge reads the token from its file
     assert audited(EventKind.TOKEN_CREATED)[-1] == ("olivia", "created")
     assert raw not in operator.get(f"{CLIENT_TOKENS}{token.pk}/change/").content.decode()
 

@@ -4,8 +4,13 @@ placeholder, the open sessions with their counts, and the admin's app list still
 from __future__ import annotations
 
 import json
+import stat
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.messages import constants
 from django.db import DatabaseError, connection
@@ -19,6 +24,7 @@ from access.models import Transport
 from access.services import do_end_session, do_open_session, do_switch_mcp
 from audit.models import AuditEvent, EventKind
 from console import site
+from forge_core.instances import read_token_file
 
 pytestmark = pytest.mark.django_db
 
@@ -172,7 +178,14 @@ def test_the_configurations_carry_the_address_of_the_console_and_a_token_placeho
     response = operator_client.get(reverse(DASHBOARD), HTTP_HOST="localhost:8123")
 
     shown = {configuration.key: configuration.text for configuration in response.context["dashboard"].configurations}
-    assert list(shown) == ["claude_desktop", "claude_code", "cursor", "inspector"]
+    assert list(shown) == [
+        "claude_desktop",
+        "claude_desktop_stdio",
+        "stdio_token_file",
+        "claude_code",
+        "cursor",
+        "inspector",
+    ]
     desktop = json.loads(shown["claude_desktop"])["mcpServers"]["forge"]
     assert desktop == {
         "command": "npx",
@@ -186,6 +199,48 @@ def test_the_configurations_carry_the_address_of_the_console_and_a_token_placeho
     page = response.content.decode()
     assert "Bearer &lt;your token&gt;" in page
     assert cast.operator.raw_token not in page
+
+
+def test_the_stdio_configuration_starts_this_checkouts_bridge_with_a_token_file_and_no_token(operator_client, cast):
+    response = operator_client.get(reverse(DASHBOARD), HTTP_HOST="localhost:8123")
+
+    shown = {configuration.key: configuration.text for configuration in response.context["dashboard"].configurations}
+    bridge = json.loads(shown["claude_desktop_stdio"])["mcpServers"]["forge"]
+    token_file = Path(settings.FORGE_SECRETS_DIR) / site.STDIO_TOKEN_FILE
+    manage_py = Path(settings.BASE_DIR) / "manage.py"
+    assert bridge == {
+        "command": sys.executable,
+        "args": [str(manage_py), "mcp_stdio", "--token-file", str(token_file)],
+        "env": {"FORGE_DATA_DIR": str(settings.FORGE_DATA_DIR)},
+    }
+    assert manage_py.is_file() and Path(bridge["command"]).is_file()
+    assert str(token_file) in shown["stdio_token_file"]
+    for key in ("claude_desktop_stdio", "stdio_token_file"):
+        assert "Bearer" not in shown[key] and site.TOKEN_PLACEHOLDER not in shown[key]
+        assert cast.operator.raw_token not in shown[key]
+
+
+@pytest.mark.parametrize("earlier_mode", [None, 0o644])
+def test_the_token_file_command_stores_the_pasted_token_where_the_bridge_reads_it(tmp_path, earlier_mode):
+    token_file = tmp_path / "new folder" / site.STDIO_TOKEN_FILE
+    if earlier_mode is not None:
+        token_file.parent.mkdir()
+        token_file.write_text("an older token\n")
+        token_file.chmod(earlier_mode)
+
+    command = site.stdio_token_file_command(token_file)
+    subprocess.run(["sh", "-c", command], input="fmcp_pasted\n", text=True, check=True, timeout=30)
+
+    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    assert read_token_file(token_file) == "fmcp_pasted"
+
+
+def test_the_token_files_folder_is_private_when_the_command_makes_it(tmp_path):
+    token_file = tmp_path / "forge" / site.STDIO_TOKEN_FILE
+
+    subprocess.run(["sh", "-c", site.stdio_token_file_command(token_file)], input="t\n", text=True, check=True)
+
+    assert stat.S_IMODE(token_file.parent.stat().st_mode) == 0o700
 
 
 # --- open sessions ---------------------------------------------------------------------------------

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import json
+import stat
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -10,6 +12,7 @@ from django.core.management import call_command
 
 from access.services import authenticate_token, do_create_token
 from forge_core.console import is_operator
+from forge_core.instances import read_token_file
 from projects import findings
 from projects.demo import demo_project_bytes
 from projects.models import Project
@@ -70,3 +73,17 @@ def test_a_demo_token_kept_from_when_it_was_the_operators_is_revoked_and_replace
     assert authenticate_token(old.raw) is None
     new = authenticate_token((settings.FORGE_SECRETS_DIR / "demo-token").read_text().strip())
     assert new is not None and new.owner.get_username() == "demo-client"
+
+
+@pytest.mark.django_db
+def test_demo_setup_prints_the_stdio_bridge_configuration_reading_the_demo_token_file(settings, tmp_path):
+    settings.FORGE_PROJECTS_ROOT = tmp_path
+    out = io.StringIO()
+
+    call_command("demo_setup", stdout=out)
+
+    printed = out.getvalue()
+    token_file = settings.FORGE_SECRETS_DIR / "demo-token"
+    assert json.dumps(str(token_file)) in printed and '"mcp_stdio"' in printed
+    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    assert read_token_file(token_file) == token_file.read_text().strip()

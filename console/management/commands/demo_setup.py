@@ -78,7 +78,7 @@ class Command(BaseCommand):
         do_switch_mcp(True, acting_user="demo_setup")
         base = f"http://{host}:{port}"
         url, sse_url = f"{base}/mcp", f"{base}/sse"
-        configurations = client_configurations(url, sse_url, token)
+        configurations = client_configurations(url, sse_url, token, token_file=token_file)
         self.stdout.write(
             "\n".join(
                 [
@@ -95,6 +95,9 @@ class Command(BaseCommand):
                     "",
                     "Client configuration (Claude Desktop, claude_desktop_config.json):",
                     json.dumps(configurations["claude_desktop"], indent=2),
+                    "Or this checkout's stdio bridge, which finds the running server by itself and reads the token",
+                    f"from {token_file}:",
+                    json.dumps(configurations["claude_desktop_stdio"], indent=2),
                     "Claude Code: " + str(configurations["claude_code"]),
                     "",
                 ]
