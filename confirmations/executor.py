@@ -183,19 +183,17 @@ def record_contract_event(contract: Contract, arguments: Mapping[str, Any], *, o
 
 
 def _reserve(contract: Contract) -> None:
-    holder = TargetReservation.objects.filter(target_digest=contract.target_digest).select_related("contract").first()
-    if holder is not None and holder.contract_id != contract.id:
+    """Reserve the contract's target, or raise TargetBusy naming the contract that holds it. The insert skips a
+    target already reserved (by this contract, or another) instead of failing, so it needs no savepoint; what
+    is read after it is whoever holds the target now (on PostgreSQL a concurrent reserver's insert is waited
+    for on the key, then seen committed)."""
+    TargetReservation.objects.bulk_create(
+        [TargetReservation(target_digest=contract.target_digest, contract=contract, reserved_at=contract.updated_at)],
+        ignore_conflicts=True,
+    )
+    holder = TargetReservation.objects.select_related("contract").get(target_digest=contract.target_digest)
+    if holder.contract_id != contract.id:
         raise TargetBusy(holder.contract)
-    if holder is None:
-        try:
-            with transaction.atomic():
-                TargetReservation.objects.create(
-                    target_digest=contract.target_digest, contract=contract, reserved_at=contract.updated_at
-                )
-        except IntegrityError:
-            raise TargetBusy(
-                TargetReservation.objects.select_related("contract").get(target_digest=contract.target_digest).contract
-            ) from None
 
 
 def transition(
@@ -233,7 +231,9 @@ def transition(
         current.save(update_fields=["state", "version", "updated_at", "detail", "mac", *(changes or {})])
         if to in RESERVING_STATES:
             _reserve(current)
-        else:
+        elif from_state in RESERVING_STATES:
+            # Only a reserving state holds a reservation: it is made on entering one and released on leaving
+            # it, each in its transition's transaction.
             TargetReservation.objects.filter(contract=current).delete()
         _append_event(current, from_state, actor, reason, previous=previous)
         if inside is not None:
