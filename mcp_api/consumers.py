@@ -4,8 +4,8 @@ One consumer instance per HTTP request. A plain exchange (most POSTs) reads the 
 limit, makes exactly one database hop through a transport's entry point (`mcp_api.transports`) and writes
 the reply; it never touches the channel layer. A stream (GET /mcp, GET /sse, `subscriptions/listen`, and
 the legacy transport's answers) joins channel-layer groups, so a message sent by any process reaches it:
-events arrive as `mcp.message`, `mcp.tools_changed`, `mcp.revoked`, `mcp.session_ended` and land in the
-methods of the same names. The stream mechanics (keep-alive comments, the periodic re-check that also
+events arrive as `mcp.message`, `mcp.tools_changed`, `mcp.task_status`, `mcp.revoked`, `mcp.session_ended`
+and land in the methods of the same names. The stream mechanics (keep-alive comments, the periodic re-check that also
 renews group membership, the end on disconnect) are `forge_core.streams`'; what is MCP's here is the token
 and session a stream re-checks, its event ids, and how a listen stream ends.
 """

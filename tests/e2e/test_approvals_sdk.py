@@ -1,6 +1,7 @@
 """Approvals every client can follow, end to end: the official SDK client at 2026-07-28 against a live override
 deployment follows a direct write through the Tasks extension (declared with a client extension of its own)
-and through `input_required` (its URL elicitation callback, then its automatic retry with the request state);
+and through `input_required` (its URL elicitation callback, then its automatic retry with the request state),
+and hears the decision on a `subscriptions/listen` that names the task in `taskIds`;
 an operator decides through the operator REST API, which calls the same service functions as the console."""
 
 from __future__ import annotations
@@ -11,9 +12,20 @@ from typing import Any, Literal
 import anyio
 import pytest
 from mcp.client import Client
-from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
-from mcp_types import CallToolResult, ElicitResult, GetTaskRequest, GetTaskRequestParams, Request, Result
-from pydantic import BaseModel, TypeAdapter
+from mcp.client.extension import ClaimContext, ClientExtension, NotificationBinding, ResultClaim
+from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
+from mcp_types import (
+    CallToolResult,
+    ElicitResult,
+    GetTaskRequest,
+    GetTaskRequestParams,
+    Request,
+    Result,
+    SubscriptionFilter,
+    SubscriptionsListenRequest,
+    SubscriptionsListenRequestParams,
+)
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from tests.e2e.test_confirmations_sdk import (  # noqa: F401  (override_server: the module's live server)
     ADD,
@@ -137,6 +149,71 @@ async def test_cancelling_the_task_cancels_the_pending_confirmation_and_writes_n
     assert result.structured_content == {"status": "cancelled"}
     assert len(cancelled_ids) == 1 and cancelled_ids[0] in await pending_ids(server, "cancelled")
     assert project_file(server).read_bytes() == before
+
+
+class TaskNotice(BaseModel):
+    """`notifications/tasks` params, the fields this client reads."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    task_id: str = Field(alias="taskId")
+    status: str
+    meta: dict[str, Any] = Field(default_factory=dict, alias="_meta")
+
+
+class ListeningTasksExtension(TasksExtension):
+    """The Tasks extension that also hears `notifications/tasks` (bound by the extension, as the SDK's core
+    tables do not name it)."""
+
+    def __init__(self, on_working: Callable[[ClaimContext, dict[str, Any]], Awaitable[None]]) -> None:
+        super().__init__(on_working)
+        self.notices: list[TaskNotice] = []
+        self.noticed = anyio.Event()
+
+    def notifications(self) -> Sequence[NotificationBinding[Any]]:
+        return [NotificationBinding(method="notifications/tasks", params_type=TaskNotice, handler=self._notice)]
+
+    async def _notice(self, notice: TaskNotice) -> None:
+        self.notices.append(notice)
+        self.noticed.set()
+
+
+async def test_a_listen_naming_the_task_hears_the_operators_decision_with_its_subscription_id(server):
+    acknowledged = anyio.Event()
+    heard: list[Any] = []
+
+    async def on_message(message: Any) -> None:
+        if getattr(message, "method", None) == "notifications/subscriptions/acknowledged":
+            heard.append(message.params)
+            acknowledged.set()
+
+    async def listen_then_approve(ctx: ClaimContext, task: dict[str, Any]) -> None:
+        if tasks.notices:
+            return
+        # The SDK's listen() has no taskIds; its filter passes extension keys through, so the request is sent
+        # as such and stays open (its result comes when the stream ends) until this test is done with it.
+        request = SubscriptionsListenRequest(
+            params=SubscriptionsListenRequestParams(notifications=SubscriptionFilter(taskIds=[task["taskId"]]))
+        )
+        async with anyio.create_task_group() as group:
+            group.start_soon(ctx.session.send_request, request, ANY_RESULT)
+            await acknowledged.wait()
+            await approve_all_pending(server)
+            await tasks.noticed.wait()
+            group.cancel_scope.cancel()
+
+    tasks = ListeningTasksExtension(listen_then_approve)
+    with anyio.fail_after(BOUND):
+        async with streamable_client(server, mode=STATELESS, extensions=[tasks], message_handler=on_message) as client:
+            handle = await granted_handle(client, server)
+            result = await client.call_tool(WRITE, {**ADD, "name": "Listened", "session_handle": handle})
+
+    [ack] = heard
+    [notice] = tasks.notices
+    task_id = tasks.seen[0]["taskId"]
+    assert ack.notifications.model_dump(by_alias=True, exclude_none=True) == {"taskIds": [task_id]}
+    assert (notice.task_id, notice.status) == (task_id, "completed")
+    assert set(notice.meta) == {SUBSCRIPTION_ID_META_KEY}
+    assert result.structured_content["state"] == "executed"
 
 
 async def test_a_write_followed_through_input_required_returns_the_outcome_on_retry(server):
