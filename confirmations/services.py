@@ -420,8 +420,11 @@ def _carry_out(confirmation: PendingConfirmation, actor: str) -> PendingConfirma
             expected_result=confirmation.result_digest,
             confirmation=confirmation,
         )
+        executed: list[PendingConfirmation] = []
         contract = executor.execute(
-            contract, actor=actor, on_verified=lambda verified, settled: _executed(confirmation, verified, settled)
+            contract,
+            actor=actor,
+            on_verified=lambda verified, settled: executed.append(_executed(confirmation, verified, settled)),
         )
     except executor.ExecutionRefused as refusal:
         left = Contract.objects.filter(confirmation=confirmation).first()
@@ -431,13 +434,13 @@ def _carry_out(confirmation: PendingConfirmation, actor: str) -> PendingConfirma
         # told to go through an operator (the console shows the contract as tampered).
         left = Contract.objects.filter(confirmation=confirmation).first()
         return _finish(confirmation, left, refusal_reason="reconciliation")
-    if contract.state == ContractState.VERIFIED:
-        confirmation.refresh_from_db()
-        return confirmation
+    if contract.state == ContractState.VERIFIED and executed:
+        # The record as the VERIFIED transaction wrote it, which has committed: no need to read it again.
+        return executed[0]
     return _finish(confirmation, contract)
 
 
-def _executed(confirmation: PendingConfirmation, contract: Contract, settled: Mapping[str, Any]) -> None:
+def _executed(confirmation: PendingConfirmation, contract: Contract, settled: Mapping[str, Any]) -> PendingConfirmation:
     """Inside the contract's VERIFIED transaction: the confirmation is executed, with its result."""
     locked = _locked(confirmation.pk)
     outcome = {
@@ -451,6 +454,7 @@ def _executed(confirmation: PendingConfirmation, contract: Contract, settled: Ma
     }
     _move(locked, C.EXECUTED, finished_at=timezone.now(), outcome=outcome)
     _audit(locked, EventKind.CONFIRMATION_DECIDED, C.EXECUTED, called_by="executor")
+    return locked
 
 
 def _finish(
