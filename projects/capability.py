@@ -138,8 +138,9 @@ def apply_intent(current: bytes, intent: Mapping[str, Any]) -> bytes:
 
 
 def do_record_written(slug: str, fingerprint: str, *, actor: str, label: str) -> int:
-    """The file now holds a change the executor wrote: that is the project's next accepted revision."""
-    with transaction.atomic():
+    """The file now holds a change the executor wrote: that is the project's next accepted revision. Inside the
+    executor's VERIFIED transaction it takes no savepoint: a failure here fails that transaction as a whole."""
+    with transaction.atomic(savepoint=False):
         project = Project.objects.select_for_update().get(slug=slug)
         if project.fingerprint != fingerprint:
             project.advance_revision(fingerprint)
