@@ -82,6 +82,10 @@ class TargetBusy(ExecutionRefused):
         self.holder_state = holder.state
 
 
+class _Expired(Exception):
+    """A PREPARED contract found past its validity when it was to be executed (it moves to EXPIRED instead)."""
+
+
 class StaleContract(ExecutionRefused):
     def __init__(self) -> None:
         super().__init__("stale", "the contract changed while this step was prepared; load it again")
@@ -122,8 +126,9 @@ def load(contract_id: Any, *, for_update: bool = False) -> Contract:
     return contract
 
 
-def verify(contract: Contract) -> None:
-    """Check a contract's record MAC and its whole event chain; ContractTampered otherwise."""
+def verify(contract: Contract) -> str:
+    """Check a contract's record MAC and its whole event chain; ContractTampered otherwise. Returns the last
+    event's MAC, which the next event chains to."""
     sealing.check_mac(contract.mac_parts(), contract.mac, f"contract {contract.id}")
     previous = ""
     events = list(ContractEvent.objects.filter(contract=contract).order_by("version"))
@@ -134,17 +139,7 @@ def verify(contract: Contract) -> None:
         previous = event.mac
     if not events or events[-1].version != contract.version or events[-1].to_state != contract.state:
         raise sealing.ContractTampered(f"contract {contract.id} does not match its last event")
-
-
-def _verify_head(contract: Contract) -> str:
-    """Check the record MAC and its last event (the whole chain was checked when the contract was loaded
-    for this step); returns that event's MAC, which the next event chains to."""
-    sealing.check_mac(contract.mac_parts(), contract.mac, f"contract {contract.id}")
-    last = ContractEvent.objects.filter(contract=contract, version=contract.version).first()
-    if last is None or last.to_state != contract.state:
-        raise sealing.ContractTampered(f"contract {contract.id} does not match its last event")
-    sealing.check_mac(last.mac_parts(), last.mac, f"event {last.version} of contract {contract.id}")
-    return last.mac
+    return previous
 
 
 def _append_event(contract: Contract, from_state: str, actor: str, reason: str, *, previous: str) -> None:
@@ -206,12 +201,18 @@ def transition(
     inside: Callable[[Contract], None] | None = None,
     resolution: bool = False,
     savepoint: bool = True,
+    check: Callable[[Contract], None] | None = None,
 ) -> Contract:
     """Move a contract to `to` in one transaction; refused unless declared and the record is unchanged.
-    `savepoint=False` inside a caller's transaction that fails as a whole when the move fails (prepare's)."""
+    `check(current)` runs on the stored record once it is locked and authenticated, before anything moves;
+    whatever it raises refuses the move. `savepoint=False` inside a caller's transaction that fails as a
+    whole when the move fails (prepare's)."""
     with transaction.atomic(savepoint=savepoint):
         current = Contract.objects.select_for_update().get(pk=contract.pk)
-        previous = _verify_head(current)
+        # The whole chain, under the row lock: one read of its few events, as reading only the last would be.
+        previous = verify(current)
+        if check is not None:
+            check(current)
         if (current.state, current.version) != (contract.state, contract.version):
             raise StaleContract()
         if resolution:
@@ -381,22 +382,34 @@ def execute(contract: Contract, *, actor: str, step: Step = no_step, on_verified
     `on_verified(contract, settled)` runs inside the VERIFIED transaction, so what the caller records
     about the success (the confirmation's outcome) commits with it or not at all."""
     prepared_result = getattr(contract, "prepared_result", None)
-    contract = load(contract.pk)
-    # The state first: a contract that failed in preparation has no snapshot to open, and that is no
-    # sign of tampering.
-    if contract.state != S.PREPARED:
-        raise ExecutionRefused("state", f"contract {contract.memorable_id} is {contract.state}, not PREPARED")
-    adapter, identity, intent = _opened(contract)
-    snapshot = _snapshot(contract)
-    if not contract.confirmation_digest:
-        raise ExecutionRefused("unconfirmed", "the contract carries no confirmation")
-    if contract.expires_at <= timezone.now():
-        return transition(contract, S.EXPIRED, actor=actor, reason="expired")
+    opened: list[tuple[tuple[Capability, dict[str, Any], dict[str, Any]], bytes]] = []
+
+    def ready(current: Contract) -> None:
+        # On the stored record, locked and authenticated (no separate load before): the state first, since a
+        # contract that failed in preparation has no snapshot to open, and that is no sign of tampering.
+        if current.state != S.PREPARED:
+            raise ExecutionRefused("state", f"contract {current.memorable_id} is {current.state}, not PREPARED")
+        opened.append((_opened(current), _snapshot(current)))
+        if not current.confirmation_digest:
+            raise ExecutionRefused("unconfirmed", "the contract carries no confirmation")
+        if current.expires_at <= timezone.now():
+            raise _Expired()
+
     try:
-        transition(contract, S.EXECUTING, actor=actor, reason="acquired", changes={"executor": executor_identity()})
+        transition(
+            contract,
+            S.EXECUTING,
+            actor=actor,
+            reason="acquired",
+            changes={"executor": executor_identity()},
+            check=ready,
+        )
+    except _Expired:
+        return transition(contract, S.EXPIRED, actor=actor, reason="expired")
     except TargetBusy as busy:
         transition(contract, S.EXPIRED, actor=actor, reason=busy.reason)
         raise
+    (adapter, identity, intent), snapshot = opened[-1]
     try:
         return _forward(
             contract,
