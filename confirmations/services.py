@@ -232,11 +232,10 @@ def may_decide(user: User | AnonymousUser, confirmation: PendingConfirmation) ->
 NOT_FOUND = ("not_found", "There is no such pending confirmation.")
 
 
-def _require_decider(confirmation_id: Any, user: User, choice: str) -> None:
-    """Refuse (and audit, in its own transaction) a decision by a user who may not see the confirmation's
-    project (refused as not found, as if it did not exist), who lacks decide_confirmation, or who may not
-    approve changes to its project."""
-    confirmation = _found(confirmation_id)
+def _decider_refusal(confirmation: PendingConfirmation, user: User, choice: str) -> DecisionRefused | None:
+    """The refusal (audited) of a decision by a user who may not see the confirmation's project (refused as not
+    found, as if it did not exist), who lacks decide_confirmation, or who may not approve changes to its
+    project; None when the user may decide."""
     if not may_see(user, confirmation):
         outcome, refusal = "project not visible", DecisionRefused(*NOT_FOUND, status=404)
     elif not user.has_perm(DECIDE_PERMISSION):
@@ -269,12 +268,9 @@ def _require_decider(confirmation_id: Any, user: User, choice: str) -> None:
             ),
         )
     else:
-        return
-    with transaction.atomic():
-        _audit(
-            confirmation, EventKind.CONFIRMATION_DECIDED, f"refused: {choice} {outcome}", called_by=user.get_username()
-        )
-    raise refusal
+        return None
+    _audit(confirmation, EventKind.CONFIRMATION_DECIDED, f"refused: {choice} {outcome}", called_by=user.get_username())
+    return refusal
 
 
 EXPIRED_REFUSAL = ("expired", "This confirmation expired before it was decided; the client must ask again.")
@@ -286,19 +282,23 @@ def _decide(
     """Make one decision in one transaction: refused (nothing changed) unless the user may decide and the
     confirmation is pending; one past its time is expired (that stays) and the decision refused. A decision
     on one no longer pending (decided, cancelled) is refused and the attempt audited."""
-    _require_decider(confirmation_id, user, choice)
     with transaction.atomic():
         confirmation = _locked(confirmation_id)
-        expired = _expire_if_due(confirmation, user.get_username())
-        settled = not expired and confirmation.state != C.PENDING
-        if not expired and not settled:
+        # Who decides is checked on the locked record (no read before it); a refusal is audited in this
+        # transaction, which then changes nothing else.
+        refused = _decider_refusal(confirmation, user, choice)
+        expired = refused is None and _expire_if_due(confirmation, user.get_username())
+        settled = refused is None and not expired and confirmation.state != C.PENDING
+        if settled:
+            outcome = f"refused: {choice}, already {confirmation.state}"
+            _audit(confirmation, EventKind.CONFIRMATION_DECIDED, outcome, called_by=user.get_username())
+        elif refused is None and not expired:
             decide(confirmation)
+    if refused is not None:
+        raise refused
     if expired:
         raise DecisionRefused(*EXPIRED_REFUSAL, status=409)
     if settled:
-        with transaction.atomic():
-            outcome = f"refused: {choice}, already {confirmation.state}"
-            _audit(confirmation, EventKind.CONFIRMATION_DECIDED, outcome, called_by=user.get_username())
         raise DecisionRefused(
             "already_decided", f"This confirmation was already decided: it is {confirmation.state}.", status=409
         )

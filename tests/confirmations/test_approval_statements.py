@@ -1,0 +1,51 @@
+"""What one approval costs the database: the statements from an operator's approve to the confirmation executed
+(decision, the contract's record, its EXECUTING and VERIFIED moves, every audit row), counted with Django's query
+capture, as a request makes them (its own transactions, a user read fresh). On PostgreSQL each statement is a
+round trip, and the approval's latency is mostly these; the count is pinned so a change that adds one says so."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from confirmations.models import ConfirmationState
+from confirmations.services import do_approve_confirmation
+from tests.confirmations.operator_helpers import ask
+from tests.conftest import Cast
+
+# The decision 9 (one transaction: the locked record, the decider's permissions and project rights, the move and
+# its audit row), the decision seal read back 1, prepare 14 (the project read twice, then one transaction: record,
+# PREPARING, the PREPARED move, their audit rows), EXECUTING 10, the file's read, write and read-back 3, VERIFIED
+# with the project's new revision and the confirmation executed 17, after the commit 2 (resource subscribers, an
+# approval task). The same on SQLite and PostgreSQL.
+APPROVAL_STATEMENTS = 57
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def approval_statements(cast: Cast, project) -> list[str]:
+    warm = ask(cast.caretaker, project, name="warm")
+    do_approve_confirmation(warm.pk, acting_user=cast.operator.user)  # caches of the process, as a server has
+    pending = ask(cast.caretaker, project)
+    operator = User.objects.get(pk=cast.operator.user.pk)  # a request's user: no permissions cached yet
+    with CaptureQueriesContext(connection) as queries:
+        done = do_approve_confirmation(pending.pk, acting_user=operator)
+    assert done.state == ConfirmationState.EXECUTED, done.outcome
+    return [query["sql"] for query in queries.captured_queries]
+
+
+def test_an_approval_to_its_outcome_sends_a_pinned_number_of_statements(cast, project):
+    statements = approval_statements(cast, project)
+
+    if os.environ.get("FORGE_PRINT_STATEMENTS"):
+        for sql, count in Counter(statements).most_common():
+            print(f"{count:3d} x {sql[:160]}")
+    assert len(statements) == APPROVAL_STATEMENTS, (
+        f"one approval sent {len(statements)} statements, not the {APPROVAL_STATEMENTS} pinned: see which with "
+        "FORGE_PRINT_STATEMENTS=1 (pytest -s); remove what is redundant, or pin the new count and say why"
+    )
