@@ -36,9 +36,11 @@ from access.services import LAST_USED_RESOLUTION, record_refused_token, record_t
 from audit.models import EventKind
 from audit.services import record
 from forge_core.canonical import canonical_json
+from forge_core.console import is_operator
 from forge_core.errors import AuditUnavailable, Refusal
 from forge_core.tokens import RUNTIME_TOKEN_PREFIX, mint_token, presented_digest
 from projects.models import Project
+from projects.rights import can_grant
 
 MAX_VALUES_PER_SNAPSHOT = 500
 MAX_VARIABLE_CHARS = 200
@@ -60,10 +62,29 @@ class ReportedValue:
     forced: bool
 
 
+class RuntimeTokenNotAllowed(Exception):
+    """The operator who would answer for a runtime token may not say who sees its project; nothing was created."""
+
+
 def do_create_runtime_token(
     project: Project, label: str, *, created_by: User, acting_user: str = ""
 ) -> NewRuntimeToken:
-    """Create a runtime token bound to `project` and return it with its raw value, shown once."""
+    """Create a runtime token bound to `project` and return it with its raw value, shown once.
+
+    The operator who answers for it (`created_by`) must be a console operator with `grant_access` on the project,
+    whichever door asks (the console, `manage.py runtime_token`); a refusal is audited and creates nothing."""
+    if not (is_operator(created_by) and can_grant(created_by, project)):
+        record(
+            EventKind.TOKEN_CREATED,
+            arguments={"kind": RuntimeToken.kind, "label": label, "project": project.slug},
+            outcome="refused: no grant_access permission",
+            called_by=acting_user or created_by.get_username(),
+            project=project.slug,
+        )
+        raise RuntimeTokenNotAllowed(
+            f"{created_by.get_username()} may not bind a runtime token to {project.slug}: that takes a console "
+            "operator with grant_access on the project; name one who has it, or ask the project's owner."
+        )
     minted = mint_token(RUNTIME_TOKEN_PREFIX)
     with transaction.atomic():
         token = RuntimeToken.objects.create(

@@ -45,7 +45,7 @@ from access.principals import (
     visible_project_ids,
     with_visibility,
 )
-from access.runtime import do_create_runtime_token, do_revoke_runtime_token
+from access.runtime import RuntimeTokenNotAllowed, do_create_runtime_token, do_revoke_runtime_token
 from access.services import do_revoke_token, record_token_event
 from audit.models import EventKind
 from audit.services import record
@@ -381,17 +381,17 @@ class RuntimeTokenAdmin(TokenAdmin):
 
     def create(self, request: HttpRequest, form: forms.Form) -> tuple[BearerToken, str]:
         project: Project = form.cleaned_data["project"]
-        if not can_grant(request.user, project):
-            self.record_refused_creation(request, "refused: no grant_access permission", project=project.slug)
+        try:
+            new = do_create_runtime_token(
+                project,
+                form.cleaned_data["label"],
+                created_by=signed_in(request.user),
+                acting_user=request.user.get_username(),
+            )
+        except RuntimeTokenNotAllowed as refusal:
             raise TokenRefused(
                 "You may bind a runtime token only to a project you may grant access to; pick one of those offered."
-            )
-        new = do_create_runtime_token(
-            project,
-            form.cleaned_data["label"],
-            created_by=signed_in(request.user),
-            acting_user=request.user.get_username(),
-        )
+            ) from refusal
         return new.token, new.raw
 
     def revoke(self, token: RuntimeToken, acting_user: str) -> None:

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import Group, Permission
 from django.core.management import CommandError, call_command
 from rest_framework.test import APIClient
 
@@ -20,6 +21,7 @@ from access.runtime import MAX_VALUES_PER_SNAPSHOT, do_create_runtime_token, do_
 from audit.models import AuditEvent, EventKind
 from console.operator_tokens import do_create_operator_token
 from forge_core.canonical import canonical_json
+from forge_core.console import OPERATORS_GROUP
 from forge_core.tokens import token_digest
 from projects.models import Project
 
@@ -427,3 +429,18 @@ def test_the_schema_documents_only_the_runtime_token_on_the_snapshot_path(cast):
     [operation] = document["paths"]["/api/projects/{slug}/runtime-snapshots"].values()
     assert operation["security"] == [{"runtimeToken": []}]
     assert document["components"]["securitySchemes"]["runtimeToken"]["bearerFormat"] == "frt_..."
+
+
+def test_the_command_refuses_an_operator_without_grant_access_on_the_project_and_audits_it(cast, line):
+    permission = Permission.objects.get(content_type__app_label="projects", codename="grant_access")
+    Group.objects.get(name=OPERATORS_GROUP).permissions.remove(permission)
+
+    with pytest.raises(CommandError, match=r"olivia may not bind a runtime token to line-3: .*grant_access"):
+        run("create", "line-3", "--operator", "olivia", "--label", "gateway-3")
+
+    assert not RuntimeToken.objects.exists()
+    rows = AuditEvent.objects.filter(kind=EventKind.TOKEN_CREATED).order_by("seq")
+    refused = [row for row in rows if row.arguments.get("kind") == "runtime"]
+    assert [(row.called_by, row.outcome, row.project) for row in refused] == [
+        ("manage.py", "refused: no grant_access permission", "line-3")
+    ]

@@ -13,7 +13,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from access.models import RuntimeToken
-from access.runtime import do_create_runtime_token, do_revoke_runtime_token
+from access.runtime import RuntimeTokenNotAllowed, do_create_runtime_token, do_revoke_runtime_token
 from forge_core.console import is_operator
 from projects.models import Project
 
@@ -49,7 +49,10 @@ class Command(BaseCommand):
         if user is None or not is_operator(user):
             raise CommandError(f"{operator!r} is not a console operator; name the operator who answers for it.")
         label = label.strip() or f"runtime connector of {found.slug}"
-        new = do_create_runtime_token(found, label, created_by=user, acting_user="manage.py")
+        try:
+            new = do_create_runtime_token(found, label, created_by=user, acting_user="manage.py")
+        except RuntimeTokenNotAllowed as refusal:
+            raise CommandError(str(refusal)) from refusal
         self.stderr.write(f"Created runtime token {new.token.prefix}… for {found.slug} ({label}). Shown once:")
         self.stdout.write(new.raw)
 
