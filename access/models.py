@@ -130,6 +130,8 @@ class McpSession(models.Model):
     class Meta:
         db_table = "mcp_api_mcpsession"
         ordering = ["-created_at"]
+        verbose_name = "MCP session"  # the side menu and page titles say MCP, not "Mcp"
+        verbose_name_plural = "MCP sessions"
 
     def __str__(self) -> str:
         return f"{self.id[:8]}… {self.client_name or self.token.label}"
