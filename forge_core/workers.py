@@ -21,16 +21,22 @@ from django.conf import settings
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-_pool: list[ThreadPoolExecutor] = []
+_pools: dict[str, ThreadPoolExecutor] = {}
 _made = threading.Lock()
 
 
-def pool() -> ThreadPoolExecutor:
-    if not _pool:
+def pool(name: str = "forge-work") -> ThreadPoolExecutor:
+    """The pool of MCP exchanges (`forge-work`, `FORGE_WORKERS` threads) or of Django's views (`forge-view`,
+    `FORGE_VIEW_WORKERS`), made on first use."""
+    if name not in _pools:
         with _made:
-            if not _pool:
-                _pool.append(ThreadPoolExecutor(max_workers=settings.FORGE_WORKERS, thread_name_prefix="forge-work"))
-    return _pool[0]
+            if name not in _pools:
+                size = settings.FORGE_VIEW_WORKERS if name == VIEWS else settings.FORGE_WORKERS
+                _pools[name] = ThreadPoolExecutor(max_workers=size, thread_name_prefix=name)
+    return _pools[name]
+
+
+VIEWS = "forge-view"
 
 
 _thread = threading.local()
@@ -66,6 +72,6 @@ class _PoolHop(SyncToAsync):
 
 
 @functools.cache  # made once per function: the wrapper's set-up is a cost on every call otherwise
-def in_pool(func: Callable[..., Any]) -> Callable[..., Any]:
-    """`func` as a coroutine function that runs in the pool, with the connection upkeep around it."""
-    return _PoolHop(func, thread_sensitive=False, executor=pool())
+def in_pool(func: Callable[..., Any], name: str = "forge-work") -> Callable[..., Any]:
+    """`func` as a coroutine function that runs in the pool `name`, with the connection upkeep around it."""
+    return _PoolHop(func, thread_sensitive=False, executor=pool(name))

@@ -6,9 +6,9 @@ import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "forge_site.settings")
 
-from django.core.asgi import get_asgi_application
+from forge_site.django_views import application as django_views
 
-django_application = get_asgi_application()
+django_application = django_views()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402

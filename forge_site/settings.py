@@ -151,8 +151,11 @@ else:
     DATABASES["default"]["CONN_MAX_AGE"] = None
 
 # Threads in which MCP requests do their database and file work side by side (forge_core.workers); on
-# PostgreSQL keep it at or below FORGE_DB_POOL_MAX, or requests wait for a connection.
+# PostgreSQL keep it and FORGE_VIEW_WORKERS together at or below FORGE_DB_POOL_MAX, or requests wait for a connection.
 FORGE_WORKERS = envint("FORGE_WORKERS", 8, minimum=1)
+# Threads in which Django's views (the console, the operator, audit and draft APIs) run, a request at a time
+# each (forge_site.django_views): a pool of their own, so a slow page never holds a thread an MCP call waits for.
+FORGE_VIEW_WORKERS = envint("FORGE_VIEW_WORKERS", 4, minimum=1)
 # How long a thread busy in Python may hold the GIL before `runmcp` has it let others run (Python's default is
 # 5 ms): the event loop every request passes through waits at most this long behind a heavy call. 0.2 rather
 # than 0.5: another client's ping behind a heavy call, and the CPU per call under 20 clients, both came out
