@@ -153,6 +153,8 @@ class ConfirmationDetail(ConfirmationRow):
 
     @extend_schema_field(serializers.UUIDField(allow_null=True))
     def get_contract(self, confirmation: PendingConfirmation) -> str | None:
+        if PendingConfirmation.contract.is_cached(confirmation):  # as an approval carried it out
+            return str(confirmation.contract.id)
         contract_id = Contract.objects.filter(confirmation=confirmation).values_list("pk", flat=True).first()
         return str(contract_id) if contract_id else None
 

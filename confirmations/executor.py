@@ -24,18 +24,21 @@ the crash test stops a worker at each of them.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
 import secrets
 import socket
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
 from functools import cache
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Field
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -111,6 +114,16 @@ def authorize(capability_name: str, target_kind: str, method: str) -> Capability
     return adapter
 
 
+def one_change(capability_name: str) -> AbstractContextManager[object]:
+    """The adapter's scope for the steps of one change (prepare and execute), when it has one (`one_change`):
+    what it reads to check a target's identity is read once among those steps, and never kept past them."""
+    try:
+        scope = getattr(capability(capability_name), "one_change", None)
+    except ExecutionRefused:
+        scope = None  # refused by the step that needs the adapter, as without a scope
+    return scope() if scope is not None else nullcontext()
+
+
 def executor_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -142,7 +155,9 @@ def verify(contract: Contract) -> str:
     return previous
 
 
-def _append_event(contract: Contract, from_state: str, actor: str, reason: str, *, previous: str) -> None:
+def _append_event(contract: Contract, from_state: str, actor: str, reason: str, *, previous: str) -> str:
+    """Append the contract's event for its move from `from_state` (chained to `previous`) and its audit row;
+    returns the event's MAC, which the next event chains to."""
     event = ContractEvent(
         contract=contract,
         version=contract.version,
@@ -157,6 +172,7 @@ def _append_event(contract: Contract, from_state: str, actor: str, reason: str, 
     event.save()
     arguments = {"from": from_state, "to": contract.state, "version": contract.version, "reason": reason}
     record_contract_event(contract, arguments, outcome=contract.state, actor=actor)
+    return event.mac
 
 
 def record_contract_event(contract: Contract, arguments: Mapping[str, Any], *, outcome: str, actor: str) -> None:
@@ -179,16 +195,37 @@ def record_contract_event(contract: Contract, arguments: Mapping[str, Any], *, o
 
 def _reserve(contract: Contract) -> None:
     """Reserve the contract's target, or raise TargetBusy naming the contract that holds it. The insert skips a
-    target already reserved (by this contract, or another) instead of failing, so it needs no savepoint; what
-    is read after it is whoever holds the target now (on PostgreSQL a concurrent reserver's insert is waited
-    for on the key, then seen committed)."""
-    TargetReservation.objects.bulk_create(
-        [TargetReservation(target_digest=contract.target_digest, contract=contract, reserved_at=contract.updated_at)],
-        ignore_conflicts=True,
+    target already reserved (by this contract, or another) instead of failing, so it needs no savepoint, and
+    returns the row it inserted; only when it inserted none is the holder read (on PostgreSQL a concurrent
+    reserver's insert is waited for on the key, then seen committed)."""
+    reservation = TargetReservation(
+        target_digest=contract.target_digest, contract=contract, reserved_at=contract.updated_at
     )
+    sql, fields = _reserve_sql()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql, [field.get_db_prep_save(getattr(reservation, field.attname), connection) for field in fields]
+        )
+        if cursor.fetchone() is not None:
+            return
     holder = TargetReservation.objects.select_related("contract").get(target_digest=contract.target_digest)
     if holder.contract_id != contract.id:
         raise TargetBusy(holder.contract)
+
+
+@cache
+def _reserve_sql() -> tuple[str, list[Field[Any, Any]]]:
+    """The insert of a reservation that skips a taken target and returns the row it inserted (SQLite and
+    PostgreSQL alike), with its fields in column order."""
+    fields = list(TargetReservation._meta.concrete_fields)
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(field.column) for field in fields)
+    marks = ", ".join(["%s"] * len(fields))
+    sql = (
+        f"INSERT INTO {quote(TargetReservation._meta.db_table)} ({columns}) VALUES ({marks}) "
+        f"ON CONFLICT DO NOTHING RETURNING {quote(fields[0].column)}"
+    )
+    return sql, fields
 
 
 def transition(
@@ -202,15 +239,21 @@ def transition(
     resolution: bool = False,
     savepoint: bool = True,
     check: Callable[[Contract], None] | None = None,
+    recorded: str = "",
 ) -> Contract:
     """Move a contract to `to` in one transaction; refused unless declared and the record is unchanged.
     `check(current)` runs on the stored record once it is locked and authenticated, before anything moves;
     whatever it raises refuses the move. `savepoint=False` inside a caller's transaction that fails as a
-    whole when the move fails (prepare's)."""
+    whole when the move fails (prepare's). `recorded`, the MAC of its first event, when the caller recorded the
+    contract in this same transaction (prepare): the record in hand is the one stored, which no other
+    transaction can see or change before this one commits, so it is neither locked nor read again."""
     with transaction.atomic(savepoint=savepoint):
-        current = Contract.objects.select_for_update().get(pk=contract.pk)
-        # The whole chain, under the row lock: one read of its few events, as reading only the last would be.
-        previous = verify(current)
+        if recorded:
+            current, previous = copy.copy(contract), recorded
+        else:
+            current = Contract.objects.select_for_update().get(pk=contract.pk)
+            # The whole chain, under the row lock: one read of its few events, as reading only the last would be.
+            previous = verify(current)
         if check is not None:
             check(current)
         if (current.state, current.version) != (contract.state, contract.version):
@@ -314,9 +357,9 @@ def prepare(
         with transaction.atomic():
             contract.save(force_insert=True)
             recorded = True
-            _append_event(contract, "", actor, "recorded", previous="")
+            first = _append_event(contract, "", actor, "recorded", previous="")
             if refusal is not None:
-                transition(contract, S.FAILED, actor=actor, reason=refusal.reason, savepoint=False)
+                transition(contract, S.FAILED, actor=actor, reason=refusal.reason, savepoint=False, recorded=first)
             else:
                 evidence = {
                     **approval,
@@ -335,6 +378,7 @@ def prepare(
                     actor=actor,
                     reason="prepared",
                     savepoint=False,
+                    recorded=first,
                     changes={
                         "precondition_fingerprint": observed.fingerprint,
                         "snapshot_sealed": sealing.seal(str(contract.id), "snapshot", observed.content),
@@ -709,19 +753,20 @@ def carry_out(
 ) -> Outcome:
     """Prepare and execute a change a person approved on the spot (no pending confirmation: the caretaker in
     the console); the entry point `forge_core.execution` names. Refusals are raised as they are."""
-    contract = prepare(
-        capability_name=capability,
-        method=method,
-        target=target,
-        intent=intent,
-        idempotency_key=idempotency_key,
-        approval=approval,
-        actor=actor,
-        label=label,
-        expected_fingerprint=expected_fingerprint,
-        expected_result=expected_result,
-    )
-    contract = execute(contract, actor=actor)
+    with one_change(capability):
+        contract = prepare(
+            capability_name=capability,
+            method=method,
+            target=target,
+            intent=intent,
+            idempotency_key=idempotency_key,
+            approval=approval,
+            actor=actor,
+            label=label,
+            expected_fingerprint=expected_fingerprint,
+            expected_result=expected_result,
+        )
+        contract = execute(contract, actor=actor)
     return Outcome(
         state=contract.state,
         contract=str(contract.id),

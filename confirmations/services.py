@@ -14,6 +14,7 @@ console and the operator REST API call these, never the executor directly.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
@@ -235,8 +236,10 @@ NOT_FOUND = ("not_found", "There is no such pending confirmation.")
 def _decider_refusal(confirmation: PendingConfirmation, user: User, choice: str) -> DecisionRefused | None:
     """The refusal (audited) of a decision by a user who may not see the confirmation's project (refused as not
     found, as if it did not exist), who lacks decide_confirmation, or who may not approve changes to its
-    project; None when the user may decide."""
-    if not may_see(user, confirmation):
+    project; None when the user may decide. The project's rights come from one read of it."""
+    sees, approves = rights.view_and_approve(user, confirmation.project) if confirmation.project else (True, True)
+    extra = extra_permission(confirmation)
+    if not sees:
         outcome, refusal = "project not visible", DecisionRefused(*NOT_FOUND, status=404)
     elif not user.has_perm(DECIDE_PERMISSION):
         outcome, refusal = (
@@ -247,17 +250,17 @@ def _decider_refusal(confirmation: PendingConfirmation, user: User, choice: str)
                 status=403,
             ),
         )
-    elif extra_permission(confirmation) and not user.has_perm(extra_permission(confirmation)):
+    elif extra and not user.has_perm(extra):
         outcome, refusal = (
-            f"without {extra_permission(confirmation)}",
+            f"without {extra}",
             DecisionRefused(
                 "permission_denied",
-                f"Only a caretaker may decide {confirmation.tool}: that needs the {extra_permission(confirmation)} "
-                "permission; ask an administrator.",
+                f"Only a caretaker may decide {confirmation.tool}: that needs the {extra} permission; ask an "
+                "administrator.",
                 status=403,
             ),
         )
-    elif not may_decide(user, confirmation):
+    elif not approves:
         outcome, refusal = (
             "without approve_change",
             DecisionRefused(
@@ -385,7 +388,8 @@ def require_authentic(confirmation: PendingConfirmation) -> None:
 def _approved_as_sealed(confirmation: PendingConfirmation) -> PendingConfirmation | None:
     """The approved record read again, if it still holds exactly what the operator reviewed and approved;
     None when anything under the decision's seal was changed since."""
-    stored = _found(confirmation.pk)
+    # With who asked and who approved: the approval's answer names them.
+    stored = _found(confirmation.pk, PendingConfirmation.objects.select_related("principal", "decided_by"))
     try:
         sealing.check_mac(stored.decision_parts(), stored.decision_seal, f"the approval of {stored.id}")
     except sealing.ContractTampered:
@@ -406,26 +410,27 @@ def _carry_out(confirmation: PendingConfirmation, actor: str) -> PendingConfirma
         "confirmation": str(confirmation.id),
         "decided_at": confirmation.decided_at.isoformat() if confirmation.decided_at else "",
     }
+    executed: list[PendingConfirmation] = []
     try:
-        contract = executor.prepare(
-            capability_name=confirmation.capability,
-            method=confirmation.method,
-            target=confirmation.target,
-            intent=confirmation.intent,
-            idempotency_key=f"confirmation:{confirmation.id}",
-            approval=approval,
-            actor=actor,
-            label=confirmation.label,
-            expected_fingerprint=confirmation.base_fingerprint,
-            expected_result=confirmation.result_digest,
-            confirmation=confirmation,
-        )
-        executed: list[PendingConfirmation] = []
-        contract = executor.execute(
-            contract,
-            actor=actor,
-            on_verified=lambda verified, settled: executed.append(_executed(confirmation, verified, settled)),
-        )
+        with executor.one_change(confirmation.capability):
+            contract = executor.prepare(
+                capability_name=confirmation.capability,
+                method=confirmation.method,
+                target=confirmation.target,
+                intent=confirmation.intent,
+                idempotency_key=f"confirmation:{confirmation.id}",
+                approval=approval,
+                actor=actor,
+                label=confirmation.label,
+                expected_fingerprint=confirmation.base_fingerprint,
+                expected_result=confirmation.result_digest,
+                confirmation=confirmation,
+            )
+            contract = executor.execute(
+                contract,
+                actor=actor,
+                on_verified=lambda verified, settled: executed.append(_executed(confirmation, verified, settled)),
+            )
     except executor.ExecutionRefused as refusal:
         left = Contract.objects.filter(confirmation=confirmation).first()
         return _finish(confirmation, left, refusal_reason=refusal.reason, message=refusal.clause)
@@ -441,8 +446,15 @@ def _carry_out(confirmation: PendingConfirmation, actor: str) -> PendingConfirma
 
 
 def _executed(confirmation: PendingConfirmation, contract: Contract, settled: Mapping[str, Any]) -> PendingConfirmation:
-    """Inside the contract's VERIFIED transaction: the confirmation is executed, with its result."""
-    locked = _locked(confirmation.pk)
+    """Inside the contract's VERIFIED transaction: the confirmation is executed, with its result. The move is
+    checked against its state as stored, locked (a recovery may have settled it meanwhile); the rest is the record
+    in hand, the approved one whose decision seal was checked, returned with the contract it was carried out
+    under."""
+    locked = copy.copy(confirmation)
+    locked.state = (
+        PendingConfirmation.objects.select_for_update().filter(pk=confirmation.pk).values_list("state", flat=True).get()
+    )
+    PendingConfirmation.contract.related.set_cached_value(locked, contract)
     outcome = {
         "state": C.EXECUTED,
         "result": {

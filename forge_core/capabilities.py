@@ -76,7 +76,9 @@ class Capability(Protocol):
     Two optional class attributes, read with defaults: `reversible` (False: the executor refuses to roll its
     contracts back, for targets where restoring an old state would be a change of its own, such as handing a
     revoked certificate its trust back), and `decide_permission` (a permission a person needs, beside
-    decide_confirmation, to approve a confirmation that changes this kind of target).
+    decide_confirmation, to approve a confirmation that changes this kind of target). An optional method,
+    `one_change()`, returns a context manager the executor holds over the steps of one change (preparation and
+    execution), within which the adapter may check an identity against what it read once in that change.
     """
 
     name: str

@@ -33,6 +33,12 @@ def can_approve(user: User | AnonymousUser, slug: str) -> bool:
     return bool(_rights().can_approve_slug(user, slug))
 
 
+def view_and_approve(user: User | AnonymousUser, slug: str) -> tuple[bool, bool]:
+    """`can_view` and `can_approve` of the project `slug` together, from one read of it."""
+    may_view, may_approve = _rights().view_and_approve_slug(user, slug)
+    return bool(may_view), bool(may_approve)
+
+
 def visible_slugs(user: User | AnonymousUser) -> QuerySet[Any] | None:
     """The slugs of the projects `user` may see, as a subquery to filter by; None when that is all of them."""
     found: QuerySet[Any] | None = _rights().visible_slugs(user)

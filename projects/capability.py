@@ -6,12 +6,18 @@ the projects root; the one method, `apply_operations`, turns the file's current 
 (`operations` in the vocabulary of `projects.operations`, and the `modified_at` stamp chosen when the
 change was previewed) into the new bytes, deterministically, so the operator approves exactly what is
 written. Settling a written file records it as the project's next accepted revision.
+
+The steps of one change (its identity, the reads before and after the write, the write) each check that the
+project is still registered at the identity's path; inside `one_change` they check it against the project's
+row as that change read it, once, rather than reading it again before every step. Each change reads it anew.
 """
 
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -33,29 +39,58 @@ APPLY_OPERATIONS = "apply_operations"
 ACCEPT_DRAFT = "accept_draft"  # the same transformation, and the draft's groups become accepted
 
 
+# The registrations (slug, path) read in the change under way, by slug; None outside `one_change`.
+_registrations: ContextVar[dict[str, list[tuple[str, str]]] | None] = ContextVar("registrations", default=None)
+
+
+def _registered(slug: str) -> list[tuple[str, str]]:
+    """The (slug, path) of the projects registered under `slug` (at most two), as the change under way first read
+    them; read now outside a change."""
+    seen = _registrations.get()
+    if seen is not None and slug in seen:
+        return seen[slug]
+    found = list(Project.objects.filter(slug=slug).values_list("slug", "path")[:2])
+    if seen is not None:
+        seen[slug] = found
+    return found
+
+
 class ProjectFileCapability:
     name = "project.file"
     target_kind = "project_file"
 
+    @contextmanager
+    def one_change(self) -> Iterator[None]:
+        """The steps of one change: the project's row is read by the first that needs it, and the others check
+        the identity against that row. Inside a change already under way, its reads serve."""
+        if _registrations.get() is not None:
+            yield
+            return
+        token = _registrations.set({})
+        try:
+            yield
+        finally:
+            _registrations.reset(token)
+
     def identity(self, target: Mapping[str, Any]) -> dict[str, Any]:
         slug = str(target.get("project", ""))
-        matches = list(Project.objects.filter(slug=slug)[:2])
+        matches = _registered(slug)
         if len(matches) != 1:
             raise TargetMissing(f"there is no project {slug!r}")
-        return {"project": matches[0].slug, "path": matches[0].path}
+        return {"project": matches[0][0], "path": matches[0][1]}
 
     def _path(self, identity: Mapping[str, Any]) -> Path:
         # The executor holds the identity in canonical form (NFC); the file keeps the name it has on disk,
         # which may be decomposed (as macOS writes names), so compare the registered path canonically.
         matches = [
-            project
-            for project in Project.objects.filter(slug=identity["project"])[:2]
-            if unicodedata.normalize("NFC", project.path) == unicodedata.normalize("NFC", identity["path"])
+            path
+            for _slug, path in _registered(identity["project"])
+            if unicodedata.normalize("NFC", path) == unicodedata.normalize("NFC", identity["path"])
         ]
         if len(matches) != 1:
             raise TargetMissing(f"project {identity['project']} is no longer registered at that path")
         try:
-            return inside_root(matches[0].path)
+            return inside_root(matches[0])
         except PathOutsideRoot as exc:
             raise TargetMissing(str(exc)) from None
 

@@ -67,6 +67,15 @@ def can_approve_slug(user: User | AnonymousUser, slug: str) -> bool:
     return project is not None and can_approve(user, project)
 
 
+def view_and_approve_slug(user: User | AnonymousUser, slug: str) -> tuple[bool, bool]:
+    """Whether `user` may view the project `slug`, and whether it may approve changes to it (both False for a
+    project that does not exist), from one read of it: a decision asks both."""
+    project = _by_slug(slug)
+    if project is None:
+        return False, False
+    return can_view(user, project), can_approve(user, project)
+
+
 def visible_slugs(user: User | AnonymousUser) -> QuerySet | None:
     """The slugs of the projects `user` may view, as a subquery; None when that is every project."""
     if user.is_active and user.has_perm("projects.view_project"):
