@@ -95,8 +95,7 @@ class McpHttpConsumer(EventStreamConsumer):
         self.plan: StreamPlan | None = None
         self.response_started = self.response_ended = False
         self.event_seq = 0
-        # Event ids are "<stream key>-<n>": a session's streams never share one, whichever process holds them.
-        self.stream_key = secrets.token_hex(6)
+        self.stream_key = ""  # drawn with the stream's first event id (most exchanges send none)
         self.receive = receive
         exchange = await self.read_exchange(scope, receive)
         if exchange is None:
@@ -425,6 +424,9 @@ class McpHttpConsumer(EventStreamConsumer):
     def next_event_id(self) -> str | None:
         if self.plan is None or not self.plan.event_ids:
             return None
+        if not self.event_seq:
+            # Event ids are "<stream key>-<n>": a session's streams never share one, whichever process holds them.
+            self.stream_key = secrets.token_hex(6)
         self.event_seq += 1
         return f"{self.stream_key}-{self.event_seq}"
 

@@ -77,6 +77,9 @@ class Exchange:
     # The client certificate chain (PEM, leaf first) the TLS connection presented: only ever from the server's
     # ASGI TLS extension (forge_site.tls_server), never from a header.
     client_cert_chain: tuple[str, ...] = ()
+    # The Accept header's media types, parsed on the first `accepts` (a POST asks up to four times); no header
+    # accepts anything, as "*/*" does.
+    accepted: frozenset[str] | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def from_scope(cls, scope: dict[str, Any], body: bytes = b"") -> Exchange:
@@ -102,11 +105,13 @@ class Exchange:
         return credential.strip() if scheme.lower() == "bearer" and credential.strip() else None
 
     def accepts(self, media_type: str) -> bool:
-        accept = self.headers.get("accept")
-        if accept is None:
-            return True
-        kinds = {part.split(";")[0].strip().lower() for part in accept.split(",")}
-        return bool(kinds & {media_type, "*/*", media_type.split("/")[0] + "/*"})
+        kinds = self.accepted
+        if kinds is None:
+            accept = self.headers.get("accept")
+            kinds = self.accepted = frozenset(
+                ("*/*",) if accept is None else (part.split(";")[0].strip().lower() for part in accept.split(","))
+            )
+        return "*/*" in kinds or media_type in kinds or media_type.split("/")[0] + "/*" in kinds
 
     def query(self, name: str) -> str | None:
         values = parse_qs(self.query_string).get(name)
