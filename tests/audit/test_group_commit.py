@@ -87,6 +87,56 @@ def test_callers_that_arrive_together_share_fsyncs(counted_fsyncs):
     assert len(counted_fsyncs) < THREADS * EACH
 
 
+def test_callers_queued_behind_a_batch_are_written_as_the_next_batch_and_each_is_woken_with_its_own_row(monkeypatch):
+    """The rows that queue while a batch is written go as one batch; its leader wakes the first of its callers
+    and each wakes the next, so all of them return, each with its own committed row."""
+    group = services._GroupCommit()
+    monkeypatch.setattr(services, "_GROUP", group)
+    others = THREADS - 1
+    queued, inside = threading.Event(), threading.Event()
+
+    class WatchedMutex:
+        """The group's mutex, telling once every other caller's row waits (checked while it is held)."""
+
+        def __init__(self) -> None:
+            self.lock = threading.Lock()
+
+        def __enter__(self) -> None:
+            self.lock.acquire()
+
+        def __exit__(self, *exc: object) -> None:
+            if len(group.waiting) == others:
+                queued.set()
+            self.lock.release()
+
+    group.mutex = WatchedMutex()  # type: ignore[assignment]
+    batches: list[int] = []
+    real_append = services._append
+
+    def append(events, head) -> None:
+        if not batches:  # the first batch holds until every other caller queues behind it
+            inside.set()
+            assert queued.wait(10)
+        batches.append(len(events))
+        real_append(events, head)
+
+    monkeypatch.setattr(services, "_append", append)
+    first: list = []
+    leader = threading.Thread(target=lambda: first.append(record(EventKind.TOOL_CALL, called_by="first").seq))
+    leader.start()
+    assert inside.wait(10)
+
+    results = run_writers(lambda index: record(EventKind.TOOL_CALL, called_by=f"w{index}").seq, threads=others)
+    leader.join(timeout=10)
+
+    assert batches == [1, others]
+    assert first == [1]
+    assert sorted(results) == list(range(2, THREADS + 1))
+    for index, seq in enumerate(results):
+        assert AuditEvent.objects.get(seq=seq).called_by == f"w{index}"
+    assert audit_verify().startswith("ok")
+
+
 def test_a_batch_that_cannot_be_written_fails_every_caller_in_it_and_appends_nothing(settings, tmp_path):
     record(EventKind.TOOL_CALL, tool="test.before")
     blocked = tmp_path / "blocked" / "audit.jsonl"
