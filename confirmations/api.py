@@ -17,6 +17,7 @@ from settings, so this app never imports an edge. Reading a confirmation expires
 
 from __future__ import annotations
 
+import copy
 import logging
 import uuid
 from typing import Any, Literal
@@ -91,11 +92,24 @@ def action_refused(what: str, permission: str) -> dict[int, Any]:
 # --- serialized shapes -----------------------------------------------------------------------------
 
 
+# The fields each confirmation serializer class builds from the model, built once per class (see `get_fields`).
+_BUILT_FIELDS: dict[type[serializers.Serializer], dict[str, serializers.Field]] = {}
+
+
 class ConfirmationRow(serializers.ModelSerializer):
     memorable_id = serializers.CharField(read_only=True, help_text="Four words from the SHA-256 of the id.")
     principal = serializers.CharField(source="principal.get_username", help_text="Who asked: the token's owner.")
     session = serializers.CharField(source="session_id", help_text="The MCP session that asked.")
     decided_by = serializers.SerializerMethodField(help_text="Who approved or denied it, or null.")
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        # A ModelSerializer builds its fields from the model on every instance, more than a millisecond for the
+        # detail (most of an approval's answer). They are the same each time: each instance gets copies of the
+        # ones built first, as a plain Serializer copies its declared fields.
+        built = _BUILT_FIELDS.get(type(self))
+        if built is None:
+            built = _BUILT_FIELDS[type(self)] = super().get_fields()
+        return copy.deepcopy(built)
 
     class Meta:
         model = PendingConfirmation
