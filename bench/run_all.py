@@ -29,6 +29,12 @@ disturbed by other work on the machine.
     .venv/bin/python bench/run_all.py              # full run (about 10-15 minutes)
     .venv/bin/python bench/run_all.py --quick      # smoke run (about 2 minutes)
     .venv/bin/python bench/run_all.py --servers forge --profile /tmp/forge.txt   # + py-spy profile
+    .venv/bin/python bench/run_all.py --servers forge,forge-uvicorn,sdk-daphne --modes json --no-idle --rounds 4
+
+``--rounds R`` measures every server's calls R times, the servers in turn within each round, and prints each
+ratio as the median of the R rounds' ratios, each from two servers measured a minute or less apart: on a
+machine whose speed drifts between runs, one server measured at the start and the other at the end would
+carry that drift into their ratio.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ import platform
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -127,6 +134,8 @@ SERVERS: dict[str, ServerSpec] = {
     )
 }
 
+MODES = ("json", "sse", "legacy")
+IDLE_KINDS = ("streamable", "legacy")
 # Like-for-like reference for the Forge/SDK ratios: the SDK server answering in the same form.
 REFERENCE = {"json": "sdk-json", "sse": "sdk-sse", "legacy": "sdk-json", "streamable": "sdk-json"}
 # Issue 15's aims for JSON answers: each Forge server's CPU per call against the SDK app on daphne.
@@ -335,6 +344,7 @@ class CallFigures:
     background_pct: float | None = None
     first_error: str | None = None
     failure: str | None = None
+    round: int = 1
 
 
 @dataclass
@@ -357,11 +367,40 @@ class Results:
     idle: list[IdleFigures] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    def call(self, server: str, mode: str) -> CallFigures | None:
-        return next((c for c in self.calls if c.server == server and c.mode == mode and not c.failure), None)
+    def call(self, server: str, mode: str, round: int | None = None) -> CallFigures | None:
+        """The figures of ``server`` in ``mode``: of one round, or (``round=None``) the first that has them."""
+        return next(
+            (
+                c
+                for c in self.calls
+                if c.server == server and c.mode == mode and not c.failure and round in (None, c.round)
+            ),
+            None,
+        )
+
+    def rounds(self) -> list[int]:
+        return sorted({c.round for c in self.calls})
+
+    def across_rounds(self, server: str, mode: str, attr: str) -> float | None:
+        """The median over the rounds of one figure of ``server`` in ``mode``."""
+        values = [getattr(c, attr) for r in self.rounds() if (c := self.call(server, mode, r)) is not None]
+        return _median([v for v in values if v is not None])
+
+    def round_ratios(self, ours: str, ref: str, mode: str, attr: str) -> list[float | None]:
+        """Per round, ``ours``'s figure over ``ref``'s, both measured in that round (None where one is missing)."""
+        ratios: list[float | None] = []
+        for r in self.rounds():
+            forge, sdk = self.call(ours, mode, r), self.call(ref, mode, r)
+            value, reference = getattr(forge, attr, None), getattr(sdk, attr, None)
+            ratios.append(value / reference if value is not None and reference else None)
+        return ratios
 
     def idle_of(self, server: str, kind: str) -> IdleFigures | None:
         return next((i for i in self.idle if i.server == server and i.kind == kind and not i.failure), None)
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
 
 
 async def bounded(awaitable: Awaitable[T], timeout_s: float) -> T:
@@ -484,9 +523,10 @@ async def profile_json_load(server: Running, args: argparse.Namespace) -> None:
         await stop_py_spy(spy, seconds)
 
 
-async def bench_server(spec: ServerSpec, args: argparse.Namespace, results: Results) -> None:
-    """All measurements of one server: calls on one process, each idle kind on a fresh one."""
-    print(f"== {spec.name}: {spec.description}", flush=True)
+async def bench_calls(spec: ServerSpec, args: argparse.Namespace, results: Results, round: int) -> None:
+    """One round of the call measurements of one server, all on one process."""
+    rounds = f", round {round} of {args.rounds}" if args.rounds > 1 else ""
+    print(f"== {spec.name}: {spec.description}{rounds}", flush=True)
     try:
         async with running(spec) as server:
             print(f"  pid {server.pid} at {server.url}, load average {load_average()}", flush=True)
@@ -495,13 +535,20 @@ async def bench_server(spec: ServerSpec, args: argparse.Namespace, results: Resu
                     figures = await measure_calls(server, mode, args)
                 except (ml.CallError, httpx.HTTPError, OSError, TimeoutError) as exc:
                     figures = CallFigures(spec.name, mode, failure=repr(exc))
+                figures.round = round
                 results.calls.append(figures)
                 print(f"  {mode}: {_call_summary(figures)}", flush=True)
-            if args.profile and spec.forge:
+            if args.profile and spec.forge and round == args.rounds:
                 await profile_json_load(server, args)
     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
-        results.calls.extend(CallFigures(spec.name, mode, failure=repr(exc)) for mode in args.modes)
+        results.calls.extend(CallFigures(spec.name, mode, failure=repr(exc), round=round) for mode in args.modes)
         print(f"  failed: {exc}", flush=True)
+
+
+async def bench_idle(spec: ServerSpec, args: argparse.Namespace, results: Results) -> None:
+    """Each idle-stream kind of one server, each on a fresh process."""
+    if args.idle_kinds:
+        print(f"== {spec.name}: idle streams", flush=True)
     for kind in args.idle_kinds:
         try:
             async with running(spec) as server:
@@ -545,7 +592,7 @@ def _ratio(ours: float | None, reference: float | None) -> str:
 def print_table(results: Results) -> None:
     """One table: a line per server and call mode, then a line per server and idle kind."""
     header = (
-        f"{'server':<13} {'measure':<16} {'answers':<11} {'p50 ms':>7} {'p99 ms':>7} {'seq srv':>8}"
+        f"{'server':<13} {'round':>5} {'measure':<16} {'answers':<11} {'p50 ms':>7} {'p99 ms':>7} {'seq srv':>8}"
         f" {'calls/s':>8} {'load srv':>8} {'client':>7} {'err':>4} {'opened':>10} {'KB/strm':>8}"
         f" {'KB/GET':>7} {'RSS MB':>7} {'bg %':>5}"
     )
@@ -553,14 +600,14 @@ def print_table(results: Results) -> None:
     print("-" * len(header))
     for c in results.calls:
         print(
-            f"{c.server:<13} {c.mode:<16} {c.answers:<11} {_f(c.p50_ms):>7} {_f(c.p99_ms):>7}"
+            f"{c.server:<13} {c.round:>5} {c.mode:<16} {c.answers:<11} {_f(c.p50_ms):>7} {_f(c.p99_ms):>7}"
             f" {_f(c.seq_cpu_ms, 3):>8} {_f(c.calls_per_s, 0):>8} {_f(c.load_cpu_ms, 3):>8}"
             f" {_f(c.client_cpu_ms):>7} {c.errors if c.errors is not None else '-':>4}"
             f" {'-':>10} {'-':>8} {'-':>7} {'-':>7} {_f(c.background_pct, 0):>5}"
         )
     for i in results.idle:
         print(
-            f"{i.server:<13} {'idle ' + i.kind:<16} {'-':<11} {'-':>7} {'-':>7} {'-':>8} {'-':>8} {'-':>8}"
+            f"{i.server:<13} {'-':>5} {'idle ' + i.kind:<16} {'-':<11} {'-':>7} {'-':>7} {'-':>8} {'-':>8} {'-':>8}"
             f" {'-':>7} {'-':>4} {i.opened:>10} {_f(i.kb_per_stream, 1):>8} {_f(i.kb_per_get, 1):>7}"
             f" {_f(i.rss_before_mb, 1):>7} {_f(i.background_pct, 0):>5}"
         )
@@ -576,13 +623,42 @@ def print_table(results: Results) -> None:
     )
 
 
-FigureRow = tuple[str, str, str, float | None, float | None, float | None, str]
-"""figure, Forge server, SDK reference, Forge's value, the reference's, the null server's, the aim."""
+@dataclass(frozen=True)
+class FigureRow:
+    """One line of the ratios: a figure of a Forge server against an SDK reference (and the null server's), the
+    values as medians over the rounds, the ratio as the median of each round's ratio."""
+
+    figure: str
+    ours: str
+    ref: str
+    value: float | None
+    reference: float | None
+    null: float | None
+    aim: str
+    ratio: float | None
+    per_round: list[float | None]
+
+
+def figure_row(results: Results, figure: str, ours: str, ref: str, mode: str, attr: str, aim: str) -> FigureRow:
+    per_round = results.round_ratios(ours, ref, mode, attr)
+    return FigureRow(
+        figure,
+        ours,
+        ref,
+        results.across_rounds(ours, mode, attr),
+        results.across_rounds(ref, mode, attr),
+        results.across_rounds("null", mode, attr),
+        aim,
+        _median([r for r in per_round if r is not None]),
+        per_round,
+    )
 
 
 def print_ratios(results: Results) -> None:
     """Forge against the SDK server answering in the same form (and the null server for scale), then each Forge
-    server against the SDK on daphne for JSON answers, with issue 15's aims."""
+    server against the SDK on daphne for JSON answers, with issue 15's aims. With several rounds, each value is
+    the median over the rounds and each ratio the median of the rounds' ratios (each round's servers measured
+    one after the other, so a drift of the machine's speed between rounds cancels out of a round's ratio)."""
     lines: list[FigureRow] = []
     metrics = (("CPU ms/call seq", "seq_cpu_ms"), ("CPU ms/call load", "load_cpu_ms"), ("calls/s", "calls_per_s"))
     for mode in ("json", "sse", "legacy"):
@@ -593,22 +669,10 @@ def print_ratios(results: Results) -> None:
                 for ours, ref, aim in SERVER_AIMS
                 if results.call(ours, mode) is not None or results.call(ref, mode) is not None
             ]
-        null = results.call("null", mode)
         for label, attr in metrics:
             for ours, ref, aim in pairs:
-                forge, sdk = results.call(ours, mode), results.call(ref, mode)
                 shown_aim = "higher" if aim and attr == "calls_per_s" else aim  # the aims bound CPU
-                lines.append(
-                    (
-                        f"{mode} {label}",
-                        ours,
-                        ref,
-                        getattr(forge, attr, None),
-                        getattr(sdk, attr, None),
-                        getattr(null, attr, None),
-                        shown_aim,
-                    )
-                )
+                lines.append(figure_row(results, f"{mode} {label}", ours, ref, mode, attr, shown_aim))
     for kind in ("streamable", "legacy"):
         ref = REFERENCE.get(kind, "sdk-json")
         forge, sdk, null = results.idle_of("forge", kind), results.idle_of(ref, kind), results.idle_of("null", kind)
@@ -616,39 +680,44 @@ def print_ratios(results: Results) -> None:
             [("KB/GET only", "kb_per_get")] if kind == "streamable" else []
         )
         for label, attr in idle_metrics:
+            value, reference = getattr(forge, attr, None), getattr(sdk, attr, None)
+            ratio = value / reference if value is not None and reference else None
             lines.append(
-                (
-                    f"{kind} {label}",
-                    "forge",
-                    ref,
-                    getattr(forge, attr, None),
-                    getattr(sdk, attr, None),
-                    getattr(null, attr, None),
-                    "",
+                FigureRow(
+                    f"{kind} {label}", "forge", ref, value, reference, getattr(null, attr, None), "", ratio, [ratio]
                 )
             )
+    several = len(results.rounds()) > 1
     header = (
         f"{'figure':<24} {'server':<13} {'SDK ref':<10} {'forge':>9} {'SDK':>9} {'forge/SDK':>10} {'aim':>9}"
-        f" {'null':>9}"
+        f" {'null':>9}" + ("  rounds" if several else "")
     )
     print(header)
     print("-" * len(header))
-    for label, ours, ref, forge_v, sdk_v, null_v, aim in lines:
+    for line in lines:
+        if line.value is None and line.reference is None:
+            continue  # neither server measured in this form
+        rounds = "  " + " ".join(_ratio(r, 1.0) for r in line.per_round) if several and len(line.per_round) > 1 else ""
         print(
-            f"{label:<24} {ours:<13} {ref:<10} {_f(forge_v, 3):>9} {_f(sdk_v, 3):>9} {_ratio(forge_v, sdk_v):>10}"
-            f" {aim or '-':>9} {_f(null_v, 3):>9}"
+            f"{line.figure:<24} {line.ours:<13} {line.ref:<10} {_f(line.value, 3):>9} {_f(line.reference, 3):>9}"
+            f" {_ratio(line.ratio, 1.0):>10} {line.aim or '-':>9} {_f(line.null, 3):>9}{rounds}"
         )
     print(
         "SDK ref: the SDK server answering in the same form as Forge (sdk-sse for SSE answers; sdk-daphne: the SDK"
         " app on daphne); forge/SDK below 1.00x meets the aim for CPU and memory (above 1.00x for calls/s); aim:"
         " issue 15's bound on the CPU ratio against the SDK on daphne"
+        + (
+            "; with --rounds, values are medians over the rounds, forge/SDK the median of the rounds' ratios"
+            if several
+            else ""
+        )
     )
 
 
 def print_header(args: argparse.Namespace) -> None:
     print_heading(
         "MCP benchmark",
-        f"--n {args.n} --clients {args.clients} --seconds {args.seconds:g} --streams {args.streams}"
+        f"--n {args.n} --clients {args.clients} --seconds {args.seconds:g} --streams {args.streams} --rounds {args.rounds}"
         f" servers {','.join(args.servers)}",
     )
 
@@ -676,11 +745,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--clients", type=int, default=20, help="concurrent clients for calls/s (20)")
     parser.add_argument("--quick", action="store_true", help="small numbers for a smoke run")
     parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="measure every server's calls this many times, the servers in turn each round; the ratios are the "
+        "median of the rounds' (1)",
+    )
+    parser.add_argument(
         "--servers",
         type=ml.csv_of(tuple(SERVERS)),
         default=",".join(SERVERS),
         help=f"subset of {','.join(SERVERS)} (all)",
     )
+    parser.add_argument(
+        "--modes",
+        type=ml.csv_of(MODES),
+        default=",".join(MODES),
+        help=f"call modes, a subset of {','.join(MODES)} (all)",
+    )
+    parser.add_argument("--no-idle", action="store_true", help="skip the idle-stream measurements")
     parser.add_argument("--json", type=Path, help="also write all figures to this JSON file")
     parser.add_argument(
         "--profile",
@@ -694,11 +777,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.n = args.n if args.n is not None else defaults[0]
     args.seconds = args.seconds if args.seconds is not None else defaults[1]
     args.streams = args.streams if args.streams is not None else defaults[2]
-    if min(args.n, args.clients, args.streams) < 1 or args.seconds <= 0:
-        parser.error("--n, --clients, --streams and --seconds must be positive")
+    if min(args.n, args.clients, args.streams, args.rounds) < 1 or args.seconds <= 0:
+        parser.error("--n, --clients, --streams, --rounds and --seconds must be positive")
     args.servers = [name for name in SERVERS if name in args.servers]  # fixed order
-    args.modes = ["json", "sse", "legacy"]
-    args.idle_kinds = ["streamable", "legacy"]
+    args.modes = [mode for mode in MODES if mode in args.modes]
+    args.idle_kinds = [] if args.no_idle else list(IDLE_KINDS)
     return args
 
 
@@ -709,8 +792,11 @@ async def run(args: argparse.Namespace) -> Results:
     loop.add_signal_handler(signal.SIGTERM, main_task.cancel)  # stop the servers on SIGTERM too
     ml.raise_fd_limit(FD_LIMIT)  # inherited by the servers (Forge does not raise its own)
     results = Results()
+    for round in range(1, args.rounds + 1):  # the servers' call figures in turn, each round, against drift
+        for name in args.servers:
+            await bench_calls(SERVERS[name], args, results, round)
     for name in args.servers:
-        await bench_server(SERVERS[name], args, results)
+        await bench_idle(SERVERS[name], args, results)
     return results
 
 
