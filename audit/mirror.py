@@ -44,18 +44,31 @@ class _Handle:
 _handles: dict[Path, _Handle] = {}  # at most one; appends are serialized by the chain lock, one uses it at a time
 
 
-def _open_handle(path: Path) -> _Handle:
-    """The open mirror at `path`: kept from the last append while the path still names that file (not replaced
-    by `Mirror.rewrite`, deleted or moved), else opened (and created) afresh."""
+def _locked_handle(path: Path) -> tuple[_Handle, os.stat_result]:
+    """The open mirror at `path`, under this process's exclusive file lock, with the file's status read under it:
+    kept from the last append while the path still names that file (not replaced by `Mirror.rewrite`, deleted or
+    moved), else opened (and created) afresh. The path's status, read once the lock is held, says both whether
+    it still names the kept file and how long that file is (one system call where a check of the path and then
+    of the open file took two)."""
     handle = _handles.get(path)
-    try:
-        current = os.stat(path)
-    except FileNotFoundError:
-        current = None
-    except OSError as exc:
-        raise MirrorError(f"cannot open the audit mirror {path}: {exc.strerror}") from exc
-    if handle is not None and current is not None and handle.identity == (current.st_dev, current.st_ino):
-        return handle
+    if handle is not None:
+        fcntl.flock(handle.fd, fcntl.LOCK_EX)
+        try:
+            current = os.stat(path)
+        except FileNotFoundError:
+            current = None
+        except OSError as exc:
+            fcntl.flock(handle.fd, fcntl.LOCK_UN)
+            raise MirrorError(f"cannot open the audit mirror {path}: {exc.strerror}") from exc
+        if current is not None and handle.identity == (current.st_dev, current.st_ino):
+            return handle, current
+        fcntl.flock(handle.fd, fcntl.LOCK_UN)
+    handle = _open_anew(path)
+    fcntl.flock(handle.fd, fcntl.LOCK_EX)
+    return handle, os.fstat(handle.fd)
+
+
+def _open_anew(path: Path) -> _Handle:
     for other in list(_handles):  # a process has one mirror; a handle on another path is not needed again
         _close_handle(other)
     try:
@@ -73,6 +86,7 @@ def _close_handle(path: Path) -> None:
     if handle is not None:
         with contextlib.suppress(OSError):
             os.close(handle.fd)
+        handle.fd = -1
 
 
 class MirrorError(Exception):
@@ -82,6 +96,7 @@ class MirrorError(Exception):
 class Mirror:
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._appended: _Handle | None = None  # the open file this object's last append wrote, for `sync()`
 
     def append(
         self,
@@ -99,12 +114,10 @@ class Mirror:
         `missing(first, last)` gives committed lines the file lacks; `kept_size()` the size the checkpoint
         kept beside the mirror saw, read only when lines lie past the database's end.
         """
-        handle = _open_handle(self.path)
-        fd = handle.fd
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            handle, stat = _locked_handle(self.path)
+            fd = handle.fd
             try:
-                stat = os.fstat(fd)
                 size = stat.st_size
                 if handle.written == (size, stat.st_mtime_ns, seq - 1):
                     end, last = size, seq - 1  # the file is as this process's last append left it
@@ -123,6 +136,7 @@ class Mirror:
                 if sync:
                     os.fsync(fd)
                 handle.written = (end + len(data), os.fstat(fd).st_mtime_ns, seq + len(new_lines) - 1)
+                self._appended = handle
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
         except OSError as exc:
@@ -134,8 +148,10 @@ class Mirror:
 
     def sync(self) -> None:
         """Make what was written to the file durable (an fsync)."""
+        handle = self._appended
         try:
-            os.fsync(_open_handle(self.path).fd)
+            # The file the lines went to, as it is open, with no look at the path: a sync is part of every append.
+            os.fsync(handle.fd if handle is not None and handle.fd >= 0 else _open_anew(self.path).fd)
         except OSError as exc:
             _close_handle(self.path)
             raise MirrorError(f"cannot sync the audit mirror {self.path}: {exc.strerror}") from exc

@@ -9,6 +9,7 @@ import os
 
 import pytest
 
+from audit.mirror import Mirror
 from audit.models import EventKind
 from audit.services import record
 from forge_core.errors import AuditUnavailable
@@ -74,3 +75,29 @@ def test_a_line_another_writer_left_past_the_end_is_found_and_refused(mirror_pat
         record(EventKind.TOOL_CALL, tool="test.refused")
 
     assert seqs(mirror_path) == [1, 99]
+
+
+def _append(mirror: Mirror, seq: int) -> None:
+    mirror.append(seq, [json.dumps({"seq": seq})], "", lambda first, last: [], lambda: 0, sync=False)
+    mirror.sync()
+
+
+def test_an_append_and_its_sync_look_at_the_path_once_and_sync_the_file_written(tmp_path, monkeypatch):
+    path = tmp_path / "audit.jsonl"
+    _append(Mirror(path), 1)
+    looked: list[object] = []
+    synced: list[int] = []
+    real_stat, real_fsync = os.stat, os.fsync
+    monkeypatch.setattr(os, "stat", lambda where, *a, **k: looked.append(where) or real_stat(where, *a, **k))
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(os.fstat(fd).st_ino) or real_fsync(fd))
+    mirror = Mirror(path)
+    mirror.append(2, [json.dumps({"seq": 2})], "", lambda first, last: [], lambda: 0, sync=False)
+    written = real_stat(path).st_ino
+    replacement = tmp_path / "replacement.jsonl"
+    replacement.write_bytes(path.read_bytes())
+    os.replace(replacement, path)  # after the append, before its sync: the sync is still of the file written
+
+    mirror.sync()
+
+    assert looked == [path]
+    assert synced == [written]
