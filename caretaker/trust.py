@@ -13,6 +13,7 @@ import os
 import re
 import secrets
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,35 +65,85 @@ def folder() -> Path:
     return settings.FORGE_TRUST_DIR
 
 
+# A change made after a read shows as a new modification time only once the clock has moved past the times that
+# read saw: timestamps step in the kernel's ticks (milliseconds), or in seconds, or two, on some filesystems.
+SETTLED_NS = 2_000_000_000
+
+
 class _Read:
-    """The trust store as last read, and what its files were then (name, size, modification time, inode)."""
+    """The trust store as last read: its folder's identity and times, what its files were then (name, size,
+    modification time, inode), and whether the read came long enough after every one of those times that any
+    later change must show a time of its own."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.files: tuple[tuple[str, int, int, int], ...] | None = None
         self.folder: Path | None = None
+        self.listing: tuple[int, int, int, int] | None = None
+        self.files: tuple[tuple[str, int, int, int], ...] | None = None
+        self.settled = False
         self.found: list[TrustedCa] = []
 
 
 _read = _Read()
 
 
+def _folder_state(status: os.stat_result) -> tuple[int, int, int, int]:
+    """What changes when a file is added to, removed from or renamed in the folder (or the folder replaced)."""
+    return (status.st_dev, status.st_ino, status.st_mtime_ns, status.st_ctime_ns)
+
+
+def _file_state(name: str, status: os.stat_result) -> tuple[str, int, int, int]:
+    return (name, status.st_size, status.st_mtime_ns, status.st_ino)
+
+
+def _unchanged(where: Path, listing: tuple[int, int, int, int]) -> list[TrustedCa] | None:
+    """The CAs of the last read if the store is as it was (the folder's status, then each file's), else None.
+
+    No listing of the folder: adding, removing or renaming a file changes the folder's times, replacing or editing
+    one its own status. Only a read that had settled is trusted so: before, a change in the same clock tick as
+    the read could leave every time as it was."""
+    with _read.lock:
+        if not (_read.settled and _read.folder == where and _read.listing == listing and _read.files is not None):
+            return None
+        files, found = _read.files, list(_read.found)
+    for name, size, mtime, inode in files:
+        try:
+            if _file_state(name, os.stat(where / name)) != (name, size, mtime, inode):
+                return None
+        except OSError:
+            return None
+    return found
+
+
 def trusted() -> list[TrustedCa]:
     """Every readable CA certificate in the trust store, by file name; a file that is not one is skipped.
 
-    Every MCP call's `server_info`, every mTLS check and every roster check asks, so the certificates are parsed
-    again only when a file was added, removed or changed since the last read (one directory listing otherwise)."""
+    Every MCP call's `server_info`, every mTLS check and every roster check asks, so the folder is listed and the
+    certificates parsed again only when a file was added, removed or changed since the last read (a status of
+    the folder and of each file otherwise)."""
     where = folder()
+    began = time.time_ns()
+    try:
+        listing = _folder_state(os.stat(where))
+    except OSError:
+        return []
+    found = _unchanged(where, listing)
+    if found is not None:
+        return found
     try:
         with os.scandir(where) as entries:
             listed = sorted((entry.name, entry.stat()) for entry in entries if fnmatch.fnmatch(entry.name, "*.pem"))
     except OSError:
         return []
-    files = tuple((name, stat.st_size, stat.st_mtime_ns, stat.st_ino) for name, stat in listed)
+    files = tuple(_file_state(name, status) for name, status in listed)
+    newest = max(
+        [listing[2], listing[3], *(time for _, status in listed for time in (status.st_mtime_ns, status.st_ctime_ns))]
+    )
     with _read.lock:
         if _read.files == files and _read.folder == where:
+            _read.listing, _read.settled = listing, newest < began - SETTLED_NS
             return list(_read.found)
-    found: list[TrustedCa] = []
+    found = []
     for name, _ in listed:
         try:
             certificate = x509.load_pem_x509_certificate((where / name).read_bytes()[:MAX_PEM_BYTES])
@@ -102,6 +153,7 @@ def trusted() -> list[TrustedCa]:
             found.append(TrustedCa(name, certificate))
     with _read.lock:
         _read.files, _read.folder, _read.found = files, where, found
+        _read.listing, _read.settled = listing, newest < began - SETTLED_NS
     return list(found)
 
 
