@@ -68,8 +68,10 @@ class AuditEvent(AppendOnly):
     """One event. `mac` = HMAC-SHA256(audit key, prev_mac || canonical JSON of the row without its MAC).
 
     Every call appends a row, so each index is a page more to write per commit: only `ts` (the API's time
-    range) is indexed besides the key and the MAC. The API and the console filter by the other fields while
-    reading in `seq` order, which needs no index of them (docs/PERFORMANCE.md, section 14)."""
+    range) is indexed besides the key. The API and the console filter by the other fields while reading in
+    `seq` order, which needs no index of them. The MAC has no index either (migration 0006): nothing looks a row
+    up by it, the chain is checked in `seq` order, and a random key put each row of a commit on an index page of
+    its own (docs/PERFORMANCE.md, section 14)."""
 
     seq = RowidKey(primary_key=True)
     ts = models.DateTimeField(db_index=True)
@@ -82,7 +84,7 @@ class AuditEvent(AppendOnly):
     client_label = models.CharField(max_length=200, blank=True)
     project = models.CharField(max_length=100, blank=True)
     prev_mac = models.CharField(max_length=64)
-    mac = models.CharField(max_length=64, unique=True)
+    mac = models.CharField(max_length=64)
 
     class Meta:
         ordering = ["seq"]
@@ -95,10 +97,13 @@ class AuditEvent(AppendOnly):
         return json.loads(self.arguments_json)
 
 
+NODE_KEY_HELP = "the last leaf it covers << 6 | level (audit.services.node_key)"
+
+
 class AuditTreeNode(AppendOnly):
     """The hash of one perfect subtree of the RFC 9162 tree over the events: leaves [index*2^level, +2^level)."""
 
-    key = RowidKey(primary_key=True, help_text="level << 48 | index")
+    key = RowidKey(primary_key=True, help_text=NODE_KEY_HELP)
     level = models.PositiveSmallIntegerField()
     index = models.BigIntegerField()
     hash = models.BinaryField(max_length=32)

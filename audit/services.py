@@ -54,7 +54,7 @@ REDACTED = "[redacted]"
 GENESIS_MAC = "0" * 64
 EVENT_KINDS = frozenset(EventKind.values)
 CHAIN_LOCK_ID = 0x466F726765  # "Forge": the PostgreSQL advisory lock that serializes appends
-NODE_LEVEL_SHIFT = 48  # a tree node's key: level << 48 | index (2^48 events is far beyond any log)
+NODE_LEVEL_BITS = 6  # a tree node's key keeps its level (< 64) in its low bits: see node_key
 
 logger = logging.getLogger(__name__)
 
@@ -205,7 +205,12 @@ _encode_text: Callable[[str], str] = json.encoder.encode_basestring
 
 
 def node_key(level: int, index: int) -> int:
-    return (level << NODE_LEVEL_SHIFT) | index
+    """A tree node's row key: the position of the last leaf it covers, the leaf whose append completes it, then its
+    level. An append adds its leaf and every node it completes on consecutive keys past all stored ones, so a
+    batch's nodes land together at the end of the table's b-tree. (Keyed `level << 48 | index`, each level was an
+    insertion point of its own: a commit of eight rows on SQLite wrote ten pages of nodes; docs/PERFORMANCE.md,
+    section 14.) Migration 0006 computes the same key in SQL."""
+    return ((((index + 1) << level) - 1) << NODE_LEVEL_BITS) | level
 
 
 class DatabaseNodeStore:

@@ -20,10 +20,11 @@ UNIQUE_COLUMNS = {
 }
 
 
-def create_triggers(apps, schema_editor) -> None:
+def create_triggers(apps, schema_editor, unique_columns: dict[str, tuple[str, ...]] = UNIQUE_COLUMNS) -> None:
+    """`unique_columns`: each table's columns as they are at the migration that calls this (0006 drops the MAC's)."""
     if schema_editor.connection.vendor != "sqlite":
         return
-    for table, columns in UNIQUE_COLUMNS.items():
+    for table, columns in unique_columns.items():
         collides = " OR ".join(f"{column} = NEW.{column}" for column in columns)
         schema_editor.execute(
             f"CREATE TRIGGER IF NOT EXISTS {table}_no_replace BEFORE INSERT ON {table} "

@@ -1,6 +1,6 @@
 """The audit tables are append-only: the models refuse to update or delete a row, and so does the database
-(migration 0002's triggers, and 0003's against an insert over an existing row), on SQLite and on
-PostgreSQL alike, whatever path the statement takes."""
+(migration 0002's triggers, and 0003's against an insert over an existing row: its key, since 0006 the key
+alone), on SQLite and on PostgreSQL alike, whatever path the statement takes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from django.db import DatabaseError, connection, transaction
 
 from audit.models import AuditCheckpoint, AuditEvent, AuditTreeNode
 from audit.services import do_make_checkpoint
-from tests.audit.helpers import append_events
+from tests.audit.helpers import append_events, audit_verify_failure
 
 pytestmark = pytest.mark.django_db
 
@@ -62,9 +62,8 @@ REPLACING_STATEMENTS = {
         f"INSERT OR REPLACE INTO audit_auditevent ({EVENT_COLUMNS}) SELECT "
         f"{DENIED_COLUMNS} FROM audit_auditevent WHERE seq = 1"
     ),
-    "replace an event by its MAC under a new seq": (
-        f"REPLACE INTO audit_auditevent ({EVENT_COLUMNS}) SELECT "
-        f"{EVENT_COLUMNS.replace('seq,', '99,', 1)} FROM audit_auditevent WHERE seq = 1"
+    "replace an event by its seq with REPLACE INTO": (
+        f"REPLACE INTO audit_auditevent ({EVENT_COLUMNS}) SELECT {DENIED_COLUMNS} FROM audit_auditevent WHERE seq = 2"
     ),
     "replace a tree node": (
         'INSERT OR REPLACE INTO audit_audittreenode (key, level, "index", hash) '
@@ -99,6 +98,24 @@ UPSERTING_STATEMENTS = {
 )
 def test_sqlite_refuses_an_insert_or_replace_or_upsert_over_an_audit_row(log, sql):
     assert_refused_and_nothing_changed(sql)
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="INSERT OR REPLACE is a SQLite statement")
+def test_a_replace_carrying_a_stored_mac_under_a_new_seq_deletes_nothing_and_verify_finds_the_copy(log):
+    """The MAC is not unique (migration 0006), so such a REPLACE collides with no row: it is a plain append of a
+    copy, which the chain gives away (the copy's previous MAC is not its predecessor's MAC)."""
+    events, *others = table_contents()
+    copy = EVENT_COLUMNS.replace("seq,", "3,", 1)
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"REPLACE INTO audit_auditevent ({EVENT_COLUMNS}) SELECT {copy} FROM audit_auditevent WHERE seq = 1"
+        )
+
+    after, *others_after = table_contents()
+    assert (after[:2], others_after) == (events, others)
+    assert [row[0] for row in after] == [1, 2, 3] and after[2][-1] == events[0][-1]
+    assert audit_verify_failure().message.startswith("event 3: its previous MAC does not match")
 
 
 @pytest.mark.scaleout

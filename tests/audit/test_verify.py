@@ -16,7 +16,7 @@ import pytest
 from django.db import connection, connections
 
 from audit.models import AuditEvent, EventKind
-from audit.services import do_make_checkpoint, event_line, record
+from audit.services import do_make_checkpoint, event_line, node_key, record
 from audit.verify import verify_log
 from forge_core.canonical import canonical_json
 from forge_core.errors import AuditUnavailable
@@ -101,7 +101,9 @@ def test_a_row_relinked_to_a_forged_previous_mac_is_found_as_a_broken_chain(log)
 
 def test_a_tree_leaf_changed_behind_the_models_back_is_found_at_its_event(log):
     other_leaf = hashlib.sha256(b"another leaf").digest()
-    change_behind_the_models_back("UPDATE audit_audittreenode SET hash = %s WHERE key = %s", [other_leaf, 1])
+    change_behind_the_models_back(
+        "UPDATE audit_audittreenode SET hash = %s WHERE key = %s", [other_leaf, node_key(0, 1)]
+    )
 
     failure = audit_verify_failure()
 
