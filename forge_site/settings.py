@@ -161,6 +161,12 @@ FORGE_VIEW_WORKERS = envint("FORGE_VIEW_WORKERS", 4, minimum=1)
 # than 0.5: another client's ping behind a heavy call, and the CPU per call under 20 clients, both came out
 # lower (docs/PERFORMANCE.md, section 14).
 FORGE_GIL_SWITCH_MS = envfloat("FORGE_GIL_SWITCH_MS", 0.2, minimum=0.05)
+# How many new objects `runmcp` lets accumulate before the cyclic garbage collector's youngest pass (Python's
+# default is 700). A heavy read (a check of a 50,000-variable project) collected every 700 objects promotes its
+# working set into the oldest generation, whose every pass then walks the cached project and stops all threads
+# for 15-70 ms; at 5,000 it did not run in 18 checks and the longest pause fell to 14-27 ms (docs/PERFORMANCE.md,
+# section 14).
+FORGE_GC_YOUNG_OBJECTS = envint("FORGE_GC_YOUNG_OBJECTS", 5000, minimum=100)
 
 REDIS_URL = envstr("REDIS_URL", "")
 CHANNEL_LAYERS: dict[str, dict[str, Any]]

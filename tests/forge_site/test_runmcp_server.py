@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import gc
+import sys
+
 import pytest
 from django.core.management import CommandError, call_command
 
@@ -37,3 +40,27 @@ def test_uvicorn_without_its_extra_is_refused_saying_how_to_install_it(monkeypat
 def test_the_uvicorn_extra_is_installed_in_the_test_environment():
     # The dev extra carries uvicorn's; without it the live uvicorn tests would test nothing.
     assert runmcp.missing_uvicorn_packages() == []
+
+
+@pytest.fixture
+def interpreter_restored():
+    thresholds, interval = gc.get_threshold(), sys.getswitchinterval()
+    yield
+    gc.unfreeze()
+    gc.set_threshold(*thresholds)
+    sys.setswitchinterval(interval)
+
+
+def test_serving_freezes_the_start_up_heap_and_applies_the_collector_and_switch_settings(
+    settings, interpreter_restored
+):
+    settings.FORGE_GC_YOUNG_OBJECTS, settings.FORGE_GIL_SWITCH_MS = 4321, 0.3
+    older = gc.get_threshold()[1:]
+    loaded_at_start = object.__new__(type("LoadedAtStart", (), {}))  # a tracked object that lives on
+
+    runmcp.settle_interpreter()
+
+    assert gc.get_threshold() == (4321, *older)  # only the youngest generation's threshold moves
+    assert sys.getswitchinterval() == pytest.approx(0.0003)
+    assert gc.get_freeze_count() > 0
+    assert not any(o is loaded_at_start for o in gc.get_objects())  # frozen: no pass walks it
