@@ -77,6 +77,8 @@ SERVER_SETTINGS = {
 STEP_TIMEOUT_S = 30.0  # any one read or request of an iteration
 MAX_FAILURES_IN_A_ROW = 10
 HEALTH_TIMEOUT_S = 60.0
+# How a server is started (before "runmcp ..."); bench/approval_timeline.py starts them through itself.
+SERVER_COMMAND = [PYTHON, str(ROOT / "manage.py")]
 
 
 # --------------------------------------------------------------------------
@@ -162,7 +164,7 @@ async def servers(envs: list[dict[str, str]], workdir: Path) -> AsyncIterator[li
             log = workdir / f"server-{index}-{port}.log"
             with log.open("wb") as out:
                 proc = subprocess.Popen(
-                    [PYTHON, str(ROOT / "manage.py"), "runmcp", "--host", HOST, "--port", str(port)],
+                    [*SERVER_COMMAND, "runmcp", "--host", HOST, "--port", str(port)],
                     cwd=ROOT,
                     env=env,
                     stdin=subprocess.DEVNULL,
