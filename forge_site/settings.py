@@ -173,7 +173,8 @@ CHANNEL_LAYERS: dict[str, dict[str, Any]]
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            # channels-redis's layer, its group send in two round trips to Redis (forge_core.redis_layer)
+            "BACKEND": "forge_core.redis_layer.RedisChannelLayer",
             "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 60},
         }
     }
