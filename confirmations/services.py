@@ -42,7 +42,7 @@ from forge_core import rights
 from forge_core.canonical import canonical_json
 from forge_core.capabilities import sentence
 from forge_core.errors import Refusal
-from forge_core.live import notify_console, notify_streams
+from forge_core.live import notify_console, notify_streams, on_commit_first
 
 C = ConfirmationState
 DECIDE_PERMISSION = "confirmations.decide_confirmation"
@@ -146,7 +146,9 @@ def _announce(confirmation: PendingConfirmation) -> None:
     final states: "approved" would wake it for nothing)."""
     if confirmation.state not in (C.PENDING, C.APPROVED):
         group, outcome = confirmation_group(confirmation.id), outcome_of(confirmation)
-        transaction.on_commit(lambda: notify_streams(group, "confirmation.decided", outcome=outcome))
+        # First among the transaction's hooks: the waiting call answers with it, and the others (the project's
+        # resource subscribers, the task's listeners) read the database before they send.
+        on_commit_first(lambda: notify_streams(group, "confirmation.decided", outcome=outcome))
     notify_console("confirmations")
 
 

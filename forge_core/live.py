@@ -139,6 +139,19 @@ def notify_streams(group: str, event_type: str, **payload) -> None:
             logger.warning("could not write %s for %s to the outbox (%s)", event_type, group, type(exc).__name__)
 
 
+def on_commit_first(hook: Callable[[], None]) -> None:
+    """`transaction.on_commit(hook)`, run before the hooks the transaction already holds: what a person or a
+    client waits for (the outcome of an approval) is handed over first, not after the hooks that read the
+    database to tell others (resource subscribers, task listeners), each a round trip on PostgreSQL. Outside a
+    transaction it runs at once, as `on_commit` does."""
+    transaction.on_commit(hook)
+    connection = transaction.get_connection()
+    if connection.in_atomic_block:
+        # The hook as `on_commit` put it at the end, with the savepoints it belongs to (so a rollback to one of
+        # them still drops it).
+        connection.run_on_commit.insert(0, connection.run_on_commit.pop())
+
+
 def notify_console(what: str) -> None:
     """Tell open console pages that `what` changed, once the current transaction commits."""
     transaction.on_commit(lambda: notify_streams(CONSOLE_GROUP, "console.changed", what=what))

@@ -4,12 +4,14 @@ event loop and goes on, and the loop sends them in the order they were handed ov
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
+from django.db import transaction
 
-from forge_core.live import notify_streams
+from forge_core.live import notify_streams, on_commit_first
 
 pytestmark = pytest.mark.anyio
 
@@ -63,3 +65,38 @@ def test_outside_the_server_an_event_is_sent_before_the_call_returns():
 
     message = async_to_sync(layer.receive)(channel)
     assert message == {"type": "test.event", "number": 7}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_hook_put_first_runs_before_the_hooks_already_waiting_for_the_commit():
+    ran: list[str] = []
+
+    with transaction.atomic():
+        transaction.on_commit(lambda: ran.append("earlier"))
+        on_commit_first(lambda: ran.append("first"))
+        transaction.on_commit(lambda: ran.append("later"))
+        assert ran == []
+
+    assert ran == ["first", "earlier", "later"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_hook_put_first_inside_a_savepoint_rolled_back_never_runs():
+    ran: list[str] = []
+
+    with transaction.atomic():
+        transaction.on_commit(lambda: ran.append("kept"))
+        with contextlib.suppress(RuntimeError), transaction.atomic():
+            on_commit_first(lambda: ran.append("dropped"))
+            raise RuntimeError("rolled back to the savepoint")
+
+    assert ran == ["kept"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_a_hook_put_first_runs_at_once():
+    ran: list[str] = []
+
+    on_commit_first(lambda: ran.append("now"))
+
+    assert ran == ["now"]
