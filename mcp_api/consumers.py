@@ -226,19 +226,21 @@ class McpHttpConsumer(EventStreamConsumer):
         disconnect = asyncio.ensure_future(self.wait_for_disconnect())
         received: list[asyncio.Future] = []
         try:
-            last = await self.decision(wait, reply.body, layer, channel, disconnect, received)
-        except Exception:
-            logger.exception("a waiting write call failed; its stream ends with an error")
-            failed = RpcError(
-                INTERNAL_ERROR,
-                "Internal error while waiting for the operator's decision. Call editor.confirm with the pending id "
-                "to learn the outcome.",
-            )
-            last = sse_event(encode(jsonrpc.error(wait.request_id, failed)).decode())
+            try:
+                last = await self.decision(wait, reply.body, layer, channel, disconnect, received)
+            except Exception:
+                logger.exception("a waiting write call failed; its stream ends with an error")
+                failed = RpcError(
+                    INTERNAL_ERROR,
+                    "Internal error while waiting for the operator's decision. Call editor.confirm with the pending "
+                    "id to learn the outcome.",
+                )
+                last = sse_event(encode(jsonrpc.error(wait.request_id, failed)).decode())
+            # The answer first: leaving the groups is a round trip to Redis each, which the client need not wait for.
+            if last is not None:
+                await self.send_body(last, more=False)
         finally:
             await _leave(layer, channel, groups, [*received, disconnect])
-        if last is not None:
-            await self.send_body(last, more=False)
 
     async def decision(
         self,

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
 from django.conf import settings
 
 from access.models import McpSession
@@ -283,6 +284,27 @@ async def test_a_waiting_call_answers_confirmation_required_at_its_deadline(cast
         assert message["result"]["structuredContent"]["error"] == "FORGE_ERR_CONFIRMATION_REQUIRED"
     pending = await _first_pending()
     assert pending.state == ConfirmationState.PENDING
+
+
+@pytest.mark.usefixtures("override")
+async def test_a_waiting_call_answers_before_it_leaves_its_groups(cast, steps, settings, monkeypatch):
+    # Leaving a group is a round trip to Redis in a scale-out deployment: the client must not wait for it.
+    layer = get_channel_layer()
+    gate = asyncio.Event()
+    real_discard = layer.group_discard
+
+    async def held_discard(group: str, channel: str) -> None:
+        await gate.wait()
+        await real_discard(group, channel)
+
+    monkeypatch.setattr(layer, "group_discard", held_discard)
+    async with await waiting_call(cast.operator.raw_token, {"project": "steps", **ADD_EXTRA}) as stream:
+        pending = await _first_pending()
+        await database_sync_to_async(do_deny_confirmation)(str(pending.id), acting_user=cast.operator.user)
+        message = await asyncio.wait_for(_final(stream), 5)  # while no group can be left yet
+        gate.set()
+        await stream.until_closed()
+    assert message["result"]["structuredContent"]["error"] == "FORGE_ERR_CONFIRMATION_DENIED"
 
 
 async def _first_pending() -> PendingConfirmation:
