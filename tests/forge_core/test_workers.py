@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.db import connection
 
-from forge_core.workers import _PoolHop, in_pool
+from forge_core.workers import LastIdleFirst, _PoolHop, in_pool
 
 pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
 
@@ -70,3 +70,64 @@ async def test_a_connection_errors_left_unusable_is_closed_when_the_work_ends(on
         assert closed and closed[0].startswith("forge-work-test")
     finally:
         await one_thread(mend)()
+
+
+@pytest.fixture
+def two_threads():
+    made = LastIdleFirst(2, "forge-test-pool")
+    yield made
+    made.shutdown()
+
+
+def _both_busy(pool: LastIdleFirst) -> list[str]:
+    """Two pieces of work side by side: each waits until the other has started (bounded), so two threads run."""
+    started = threading.Barrier(2, timeout=5)
+
+    def meet() -> str:
+        started.wait()
+        return threading.current_thread().name
+
+    return sorted(future.result(timeout=5) for future in [pool.submit(meet), pool.submit(meet)])
+
+
+def test_work_beyond_the_idle_threads_runs_beside_the_busy_one_up_to_the_pool_s_size(two_threads):
+    assert _both_busy(two_threads) == ["forge-test-pool_0", "forge-test-pool_1"]
+
+    release = threading.Event()
+    first = two_threads.submit(release.wait, 5)
+    second = two_threads.submit(release.wait, 5)
+    third = two_threads.submit(threading.current_thread)  # both threads busy: it waits for the first to finish
+
+    assert not third.done()
+    release.set()
+    assert first.result(timeout=5) and second.result(timeout=5)
+    assert third.result(timeout=5).name.startswith("forge-test-pool")
+
+
+def test_back_to_back_work_runs_on_the_thread_that_went_idle_last(two_threads):
+    _both_busy(two_threads)
+
+    ran_on = {two_threads.submit(_where).result(timeout=5) for _ in range(20)}
+
+    assert len(ran_on) == 1  # ThreadPoolExecutor woke its two idle threads in turn
+
+
+def test_the_work_s_answer_and_exception_come_back_from_the_pool(two_threads):
+    assert two_threads.submit(sum, [1, 2, 3]).result(timeout=5) == 6
+    with pytest.raises(LookupError, match="the work failed"):
+        two_threads.submit(_fails).result(timeout=5)
+
+
+def test_a_pool_shut_down_finishes_its_work_ends_its_threads_and_takes_no_more(two_threads):
+    release = threading.Event()
+    busy = two_threads.submit(release.wait, 5)
+    queued = [two_threads.submit(_where) for _ in range(3)]
+    release.set()
+
+    two_threads.shutdown(wait=True)
+
+    assert busy.result(timeout=0) is True
+    assert all(future.result(timeout=0).startswith("forge-test-pool") for future in queued)
+    assert not [thread for thread in threading.enumerate() if thread.name.startswith("forge-test-pool")]
+    with pytest.raises(RuntimeError, match="shut down"):
+        two_threads.submit(_where)
