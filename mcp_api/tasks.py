@@ -66,6 +66,8 @@ DEFAULT_TTL_MS = 60 * 60 * 1000
 MAX_TTL_MS = 24 * 60 * 60 * 1000
 # An operator decides in seconds or minutes, not milliseconds: a tighter poll only costs the server.
 POLL_INTERVAL_MS = 2000
+WORKING_STATES = (C.PENDING, C.APPROVED)  # a task is "working" while its confirmation is in one of these
+PURGE_BATCH = 500
 MAX_LISTENED_TASKS = 100  # task ids one subscriptions/listen may name
 LIST_PAGE = 50
 STATE_VERSION = "frs1"
@@ -236,7 +238,8 @@ def _own_task(ctx: CallContext, params: dict[str, Any], method: str) -> Approval
             method,
             task_id,
             "task not found",
-            f"{method}: no such task. Pass the taskId a tools/call answered you with; tasks/list lists yours.",
+            f"{method}: no such task. Pass the taskId a tools/call answered you with (a finished task is kept for "
+            "its ttl, then removed); tasks/list lists yours.",
         )
     return task
 
@@ -360,6 +363,24 @@ def _confirmation_saved(
         return
     confirmation_id = instance.pk
     transaction.on_commit(lambda: announce(confirmation_id))
+
+
+def purge_expired(now: datetime | None = None) -> int:
+    """Delete the tasks whose `ttl` has run out since they were made, once their confirmation is final (one still
+    working is kept whatever its ttl), a batch at a time; returns how many. The ttl told the client how long the
+    task and its result are kept; the confirmation and the audit log keep the history."""
+    now = now or timezone.now()
+    finished = ApprovalTask.objects.exclude(confirmation__state__in=WORKING_STATES)
+    deleted = 0
+    # No ttl is longer than MAX_TTL_MS: what was made before that is past its ttl, whichever it had.
+    past_any_ttl = finished.filter(created_at__lt=now - timedelta(milliseconds=MAX_TTL_MS))
+    while batch := list(past_any_ttl.values_list("pk", flat=True)[:PURGE_BATCH]):
+        deleted += ApprovalTask.objects.filter(pk__in=batch).delete()[0]
+    recent = finished.filter(created_at__lt=now).values_list("pk", "created_at", "ttl_ms")
+    due = [pk for pk, created_at, ttl_ms in recent if created_at + timedelta(milliseconds=ttl_ms) <= now]
+    for start in range(0, len(due), PURGE_BATCH):
+        deleted += ApprovalTask.objects.filter(pk__in=due[start : start + PURGE_BATCH]).delete()[0]
+    return deleted
 
 
 def task_group(task_id: str) -> str:

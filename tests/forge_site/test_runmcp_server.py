@@ -8,6 +8,7 @@ import sys
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import DatabaseError
 
 from forge_site import uvicorn_server
 from forge_site.management.commands import runmcp
@@ -64,3 +65,31 @@ def test_serving_freezes_the_start_up_heap_and_applies_the_collector_and_switch_
     assert sys.getswitchinterval() == pytest.approx(0.0003)
     assert gc.get_freeze_count() > 0
     assert not any(o is loaded_at_start for o in gc.get_objects())  # frozen: no pass walks it
+
+
+class OneRound:
+    """A stop event that lets a loop run once."""
+
+    def __init__(self) -> None:
+        self.waits = 0
+
+    def wait(self, seconds: float) -> bool:
+        self.waits += 1
+        return self.waits > 1
+
+
+def test_housekeeping_does_each_chore_even_when_another_fails(monkeypatch, caplog):
+    done: list[str] = []
+
+    def failing() -> int:
+        raise DatabaseError("database is locked")
+
+    monkeypatch.setattr(runmcp, "prune_ended", failing)
+    monkeypatch.setattr(runmcp, "purge_expired_tasks", lambda: done.append("tasks") or 3)
+    monkeypatch.setattr(runmcp, "close_old_connections", lambda: None)
+
+    runmcp.housekeeping_loop(OneRound())  # type: ignore[arg-type]
+
+    assert done == ["tasks"]
+    assert "could not delete the resource subscriptions of ended sessions" in caplog.text
+    assert "deleted 3 finished tasks past their ttl" in caplog.text

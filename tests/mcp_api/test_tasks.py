@@ -1,10 +1,11 @@
 """Approvals every client can follow (`mcp_api.tasks`): a governed write answered as a task to a client that
 declared the Tasks extension (2025-11-25's `task` parameter, 2026-07-28's extension), as an `input_required`
 URL elicitation to a 2026-07-28 client that declared URL mode, and as today's pending confirmation to one that
-declared nothing; task ids and request states bound to their principal; cancellation; status notifications."""
+declared nothing; task ids and request states bound to their principal; cancellation; status notifications; finished tasks purged past their ttl."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -171,6 +172,37 @@ async def test_a_denied_task_completes_with_the_denial_as_the_tools_error(cast):
     assert done["status"] == "completed"
     assert done["result"]["isError"] is True
     assert done["result"]["structuredContent"]["error"] == "FORGE_ERR_CONFIRMATION_DENIED"
+
+
+async def test_a_finished_task_is_kept_for_its_ttl_then_purged_and_a_working_one_whatever_its_ttl(cast):
+    token = cast.operator.raw_token
+    finished_id = result(await write(token, TASKS))["taskId"]
+    await deny((await confirmation()).id, cast.operator.user)
+    task = await database_sync_to_async(ApprovalTask.objects.get)(pk=finished_id)
+    past_its_ttl = task.created_at + timedelta(milliseconds=task.ttl_ms)
+
+    kept = await database_sync_to_async(tasks.purge_expired)(past_its_ttl - timedelta(seconds=1))
+    still_there = result(await task_call(token, "tasks/get", finished_id))
+    purged = await database_sync_to_async(tasks.purge_expired)(past_its_ttl)
+    gone = error(await task_call(token, "tasks/get", finished_id))
+
+    assert (kept, still_there["status"], purged) == (0, "completed", 1)
+    assert gone["code"] == -32602 and "kept for its ttl, then removed" in gone["message"]
+    assert await database_sync_to_async(PendingConfirmation.objects.count)() == 1  # the history stays
+
+
+async def test_a_working_task_is_kept_past_its_ttl_and_none_is_kept_past_the_longest(cast):
+    token = cast.operator.raw_token
+    working_id = result(await write(token, TASKS))["taskId"]
+    task = await database_sync_to_async(ApprovalTask.objects.get)(pk=working_id)
+    long_after = task.created_at + timedelta(milliseconds=tasks.MAX_TTL_MS + 1)
+
+    kept = await database_sync_to_async(tasks.purge_expired)(long_after)
+    await deny((await confirmation()).id, cast.operator.user)
+    purged = await database_sync_to_async(tasks.purge_expired)(long_after)
+
+    assert (kept, purged) == (0, 1)
+    assert await database_sync_to_async(ApprovalTask.objects.count)() == 0
 
 
 async def test_another_principals_task_id_is_not_found_and_the_attempt_audited(cast):

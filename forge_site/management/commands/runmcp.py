@@ -41,12 +41,13 @@ from forge_core.env import envint, envstr
 from forge_core.errors import AuditUnavailable, Refusal
 from forge_core.live import mark_outside_server
 from mcp_api.resource_updates import prune_ended
+from mcp_api.tasks import purge_expired as purge_expired_tasks
 from projects import writers
 
 logger = logging.getLogger("forge.server")
 EXPIRY_SWEEP_SECONDS = 2.0
 ROSTER_REFRESH_SECONDS = 600.0
-SUBSCRIPTION_PRUNE_SECONDS = 300.0
+HOUSEKEEPING_SECONDS = 300.0
 BINDING_REFRESH_SECONDS = 30.0
 # What `--server uvicorn` runs on: the `uvicorn` extra of pyproject.toml.
 UVICORN_EXTRA = ("uvicorn", "uvloop", "httptools")
@@ -89,17 +90,23 @@ def expiry_loop(stop: threading.Event) -> None:
             logger.exception("could not expire pending confirmations; will try again")
 
 
-def subscriptions_loop(stop: threading.Event) -> None:
-    """Delete the resource subscriptions of ended sessions (mcp_api.resource_updates.prune_ended)."""
-    while not stop.wait(SUBSCRIPTION_PRUNE_SECONDS):
+def housekeeping_loop(stop: threading.Event) -> None:
+    """Delete what only takes room: the resource subscriptions of ended sessions
+    (mcp_api.resource_updates.prune_ended) and the finished tasks kept past their ttl (mcp_api.tasks.purge_expired)."""
+    chores = (
+        (prune_ended, "resource subscriptions of ended sessions"),
+        (purge_expired_tasks, "finished tasks past their ttl"),
+    )
+    while not stop.wait(HOUSEKEEPING_SECONDS):
         close_old_connections()
-        try:
-            pruned = prune_ended()
-        except DatabaseError:
-            logger.exception("could not prune the resource subscriptions of ended sessions; will try again")
-            continue
-        if pruned:
-            logger.info("pruned %d resource subscriptions of ended sessions", pruned)
+        for chore, what in chores:
+            try:
+                removed = chore()
+            except DatabaseError:
+                logger.exception("could not delete the %s; will try again", what)
+                continue
+            if removed:
+                logger.info("deleted %d %s", removed, what)
 
 
 def roster_refresh_loop(stop: threading.Event) -> None:
@@ -175,7 +182,7 @@ def start_serving_work(stdout: OutputWrapper, urls: list[str], stop: threading.E
     if settings.FORGE_AUDIT_CHECKPOINT_SECONDS:
         threading.Thread(target=checkpoint_loop, args=(stop,), name="audit-checkpoints", daemon=True).start()
     threading.Thread(target=expiry_loop, args=(stop,), name="confirmation-expiry", daemon=True).start()
-    threading.Thread(target=subscriptions_loop, args=(stop,), name="subscription-prune", daemon=True).start()
+    threading.Thread(target=housekeeping_loop, args=(stop,), name="housekeeping", daemon=True).start()
     threading.Thread(target=roster_refresh_loop, args=(stop,), name="roster-refresh", daemon=True).start()
     publish_instance(urls)  # before the first client looks: mcp_stdio finds the server through it
     threading.Thread(target=records_loop, args=(stop, urls), name="instance-records", daemon=True).start()
