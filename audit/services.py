@@ -437,8 +437,8 @@ def _append(events: list[AuditEvent], head: tuple[int, str]) -> None:
         lines.append(line)
         size, prev_mac = event.seq, event.mac
     with db.cursor() as cursor, _one_round_trip(db):
-        cursor.executemany(event_insert.sql, event_rows)
-        cursor.executemany(node_insert.sql, node_rows)
+        event_insert.insert_rows(cursor, event_rows)
+        node_insert.insert_rows(cursor, node_rows)
     # Synced once as the transaction commits, however many rows it appends (before_commit).
     mirror = Mirror(settings.FORGE_AUDIT_LOG)
     mirror.append(first, lines, first_prev_mac, committed_lines, kept_size, sync=False)
@@ -552,13 +552,25 @@ def _stored_time(value: datetime | str) -> datetime:
 
 
 class _Insert(NamedTuple):
-    """The INSERT of a whole row of a model: its fields in column order, the positions of those whose values need
-    their field's conversion, and a getter of an instance's values in that order."""
+    """The INSERT of whole rows of a model: its fields in column order, the positions of those whose values need
+    their field's conversion, and a getter of an instance's values in that order.
+
+    On PostgreSQL a batch's rows go as one statement with a VALUES list of them all: the server parses, plans and
+    runs one INSERT for the batch rather than one per row and per tree node (23 for a batch of eight rows, with
+    psycopg's `executemany`), and its CPU is the machine's too. SQLite runs in the process: its `executemany`
+    steps one prepared statement in C."""
 
     sql: str
     fields: list[models.Field]
     converted: tuple[int, ...]
     values_of: Callable[[Any], tuple[Any, ...]]
+    one_statement: bool
+
+    def insert_rows(self, cursor: Any, rows: list[list[Any]]) -> None:
+        if self.one_statement and len(rows) > 1:
+            cursor.execute(_rows_insert_sql(self.sql, len(rows)), [value for row in rows for value in row])
+        else:
+            cursor.executemany(self.sql, rows)
 
 
 @cache
@@ -573,7 +585,15 @@ def _insert_sql(model: type[models.Model]) -> _Insert:
         fields=fields,
         converted=tuple(index for index, field in enumerate(fields) if not isinstance(field, plain)),
         values_of=operator.attrgetter(*(field.attname for field in fields)),
+        one_statement=connection.vendor == "postgresql",
     )
+
+
+@cache
+def _rows_insert_sql(sql: str, count: int) -> str:
+    """`sql`, the INSERT of one row (`INSERT ... VALUES (%s, ...)`), made the INSERT of `count` rows."""
+    row = sql[sql.rindex(" VALUES ") + len(" VALUES ") :]
+    return f"{sql}{f', {row}' * (count - 1)}"
 
 
 @cache
