@@ -15,6 +15,10 @@ JSON line that this runner collects into a table:
   with ``audit.services.record`` replaced (in every module that imported it) by a no-op returning an
   unsaved ``AuditEvent``; blocks of the two alternate so drift hits both. The difference of the p50s is
   what the audit adds to a call. The transaction around the tool call stays in both.
+* ``pages``: SQLite's WAL frames per commit of one row and of ``--writers`` rows (a batch of the group commit:
+  ``record`` called that many times in one transaction), after ``--stored`` rows, each commit's frames counted
+  in the WAL file (automatic checkpoints off) and mapped to the b-tree that owns their page (``dbstat``). A
+  count, not a time: the same on a busy machine. Every page is written again at the next checkpoint.
 * ``proofs``: ``--leaves`` random leaves loaded into ``AuditTreeNode`` of a temporary SQLite database
   (nodes computed with ``merkle.nodes_for_append`` over a ``MemoryNodeStore``, inserted with
   ``executemany`` in batches; the append-only triggers refuse only UPDATE and DELETE), then
@@ -25,6 +29,7 @@ JSON line that this runner collects into a table:
     .venv/bin/python bench/audit_bench.py                       # everything, about 1 minute
     .venv/bin/python bench/audit_bench.py --quick               # smoke run: small numbers, under a minute
     .venv/bin/python bench/audit_bench.py --parts proofs --leaves 1000000 --proofs 1000
+    .venv/bin/python bench/audit_bench.py --parts pages
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import resource
 import secrets
 import sqlite3
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -55,7 +61,7 @@ from run_all import cpu_model, load_average, machine_busy_ms
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 PYTHON = sys.executable
-PARTS = ("appends", "call", "proofs")
+PARTS = ("appends", "call", "pages", "proofs")
 DEFAULT_POSTGRES = "postgres://postgres@127.0.0.1:5432/test"
 CHILD_TIMEOUT_S = 1800
 # Variables that would move a child off the database and files this runner gives it.
@@ -306,9 +312,49 @@ def child_proofs(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+PAGE_COMMITS = 200  # commits counted per size
+
+
+def child_pages(args: argparse.Namespace) -> dict[str, Any]:
+    from django.db import connection, transaction
+
+    from audit.models import EventKind
+    from audit.services import record
+
+    def commit(rows: int) -> None:
+        with transaction.atomic():
+            for number in range(rows):
+                record(EventKind.TOOL_CALL, tool="server_info", arguments={"n": number}, outcome="ok")
+
+    for _ in range(-(-args.stored // args.writers)):
+        commit(args.writers)
+    wal = Path(connection.settings_dict["NAME"] + "-wal")
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA wal_autocheckpoint=0")
+        cursor.execute("PRAGMA page_size")
+        frame = 24 + cursor.fetchone()[0]  # each frame: a 24-byte header (its page number first), then the page
+    sizes: dict[str, Any] = {}
+    for rows in sorted({1, args.writers}):
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        for _ in range(PAGE_COMMITS):
+            commit(rows)
+        data = wal.read_bytes()
+        pages = [struct.unpack_from(">I", data, offset)[0] for offset in range(32, len(data) - frame + 1, frame)]
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pageno, name FROM dbstat")
+            owners = dict(cursor.fetchall())
+        by_tree: dict[str, float] = {}
+        for page in pages:
+            by_tree[owners.get(page, "?")] = by_tree.get(owners.get(page, "?"), 0) + 1 / PAGE_COMMITS
+        sizes[str(rows)] = {"frames": len(pages) / PAGE_COMMITS, "by_tree": by_tree}
+    return {"database": database_name(), "stored": args.stored, "rows": sizes}
+
+
 CHILDREN: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
     "appends": child_appends,
     "call": child_call,
+    "pages": child_pages,
     "proofs": child_proofs,
 }
 
@@ -366,7 +412,7 @@ def children_cpu_ms() -> float:
 
 
 def child_options(args: argparse.Namespace) -> list[str]:
-    names = ("seconds", "writers", "calls", "block", "leaves", "proofs", "batch", "seed")
+    names = ("seconds", "writers", "calls", "block", "leaves", "proofs", "batch", "stored", "seed")
     return [item for name in names for item in (f"--{name}", str(getattr(args, name)))]
 
 
@@ -421,6 +467,15 @@ def print_table(results: dict[str, Any], args: argparse.Namespace) -> None:
         verdict = "met" if wall < 1.0 else "NOT met"
         print(f"{'  audit adds to one call, p50':<52} wall +{wall:.3f} ms, CPU +{cpu:.3f} ms (aim: < 1 ms, {verdict})")
 
+    pages = results.get("pages")
+    if pages is not None:
+        for rows, figures in pages["rows"].items():
+            trees = ", ".join(f"{name} {count:.2f}" for name, count in sorted(figures["by_tree"].items(), key=by_count))
+            print(
+                f"{f'WAL frames per commit of {rows} row(s)':<52} {pages['database']:<20} {figures['frames']:.2f} "
+                f"after {pages['stored']:,} rows: {trees}"
+            )
+
     proofs = results.get("proofs")
     if proofs is not None:
         leaves = f"{proofs['leaves']:,}"
@@ -439,6 +494,10 @@ def print_table(results: dict[str, Any], args: argparse.Namespace) -> None:
     )
 
 
+def by_count(item: tuple[str, float]) -> tuple[float, str]:
+    return -item[1], item[0]
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", default=",".join(PARTS), help=f"some of {','.join(PARTS)} (all)")
@@ -450,6 +509,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--leaves", type=int, help="tree size for the proofs (1000000; --quick 20000)")
     parser.add_argument("--proofs", type=int, default=1000, help="random cases per proof kind (1000)")
     parser.add_argument("--batch", type=int, default=50_000, help="tree nodes per INSERT batch (50000)")
+    parser.add_argument("--stored", type=int, help="rows stored before pages are counted (20000; --quick 2000)")
     parser.add_argument("--seed", type=int, default=9162)
     parser.add_argument(
         "--postgres",
@@ -460,7 +520,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, help="also write all figures to this JSON file")
     parser.add_argument("--child", choices=PARTS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    seconds, calls, leaves = (2.0, 200, 20_000) if args.quick else (10.0, 2000, 1_000_000)
+    seconds, calls, leaves, stored = (2.0, 200, 20_000, 2000) if args.quick else (10.0, 2000, 1_000_000, 20_000)
+    args.stored = stored if args.stored is None else args.stored
     args.seconds = seconds if args.seconds is None else args.seconds
     args.calls = calls if args.calls is None else args.calls
     args.leaves = leaves if args.leaves is None else args.leaves
@@ -486,6 +547,8 @@ def main() -> None:
                 results["appends postgres"] = measure("appends", args, url)
     if "call" in args.parts:
         results["call"] = measure("call", args)
+    if "pages" in args.parts:
+        results["pages"] = measure("pages", args)
     if "proofs" in args.parts:
         results["proofs"] = measure("proofs", args)
     minutes = (datetime.now().astimezone() - started).total_seconds() / 60
