@@ -49,7 +49,7 @@ from mcp_api.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, MISSING_REQUIRED_C
 from mcp_api.models import ApprovalTask
 from mcp_api.registry import Tool
 from mcp_api.results import console_url, outcome_tool_result
-from mcp_api.revisions import STATELESS_REVISIONS
+from mcp_api.revisions import STATELESS_REVISIONS, SUBSCRIPTION_ID_META_KEY
 
 if TYPE_CHECKING:
     from mcp_api.protocol import CallContext
@@ -388,11 +388,11 @@ def task_group(task_id: str) -> str:
     return f"mcp.task.{task_id}"
 
 
-def listened_tasks(ctx: CallContext, wanted: Any) -> list[str]:
-    """The tasks a 2026-07-28 `subscriptions/listen` names in `taskIds`, each the caller's own: an unknown id or
-    another principal's is refused as tasks/get refuses it (audited), and the first refusal refuses the listen.
-    The extension's status notifications go only to a listen that named the task, so one naming none hears
-    none."""
+def listened_tasks(ctx: CallContext, wanted: Any) -> list[ApprovalTask]:
+    """The tasks a 2026-07-28 `subscriptions/listen` names in `taskIds`, each the caller's own, in id order: an
+    unknown id or another principal's is refused as tasks/get refuses it (audited), and the first refusal refuses
+    the listen. The extension's status notifications go only to a listen that named the task, so one naming
+    none hears none."""
     if wanted is None:
         return []
     _offered(ctx, "subscriptions/listen")
@@ -401,7 +401,26 @@ def listened_tasks(ctx: CallContext, wanted: Any) -> list[str]:
             INVALID_PARAMS,
             f"Invalid params: taskIds is a list of 1 to {MAX_LISTENED_TASKS} task ids from your tools/call answers.",
         )
-    return sorted({str(_own_task(ctx, {"taskId": task_id}, "subscriptions/listen").id) for task_id in wanted})
+    own = (_own_task(ctx, {"taskId": task_id}, "subscriptions/listen") for task_id in wanted)
+    return sorted({str(task.id): task for task in own}.values(), key=lambda task: str(task.id))
+
+
+def _stateless_notification(task: ApprovalTask) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "method": "notifications/tasks",
+        "params": task_fields(task, stateless=True, detailed=True),
+    }
+
+
+def finished_notice(task: ApprovalTask, subscription_id: Any) -> str | None:
+    """The `notifications/tasks` a listen naming `task` starts with when the task has already finished (its status
+    will not change again, so no later notification would tell the listener); None while it is working."""
+    if _status(task.confirmation)[0] == "working":
+        return None
+    notification = _stateless_notification(task)
+    notification["params"]["_meta"] = {SUBSCRIPTION_ID_META_KEY: subscription_id}
+    return encode(notification).decode()
 
 
 def announce(confirmation_id: Any) -> int:
@@ -411,11 +430,7 @@ def announce(confirmation_id: Any) -> int:
     told = 0
     for task in ApprovalTask.objects.select_related("confirmation").filter(confirmation_id=confirmation_id):
         if task.revision in STATELESS_REVISIONS:
-            message = {
-                "jsonrpc": "2.0",
-                "method": "notifications/tasks",
-                "params": task_fields(task, stateless=True, detailed=True),
-            }
+            message = _stateless_notification(task)
             notify_streams(task_group(str(task.id)), "mcp.task_status", json=encode(message).decode())
         elif task.session_id:
             message = {

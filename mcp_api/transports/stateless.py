@@ -234,9 +234,10 @@ def _listen(ctx: CallContext, message: dict[str, Any]) -> Reply:
     if resources is not None:
         honored["resourceSubscriptions"] = list(resources)
     try:
-        task_ids = tasks.listened_tasks(ctx, requested.get("taskIds"))
+        listened = tasks.listened_tasks(ctx, requested.get("taskIds"))
     except RpcError as refused:
         raise ExchangeRefused(refused, message["id"], status=ERROR_STATUS.get(refused.code, 200)) from None
+    task_ids = [str(task.id) for task in listened]
     if task_ids:
         honored["taskIds"] = task_ids
     subscription_id = message["id"]
@@ -262,7 +263,11 @@ def _listen(ctx: CallContext, message: dict[str, Any]) -> Reply:
         # A stream following a project's resources holds them through the session handle that was granted
         # them: it ends with the handle.
         session_id=(ctx.session_id or None) if followed else None,
-        first_events=(("message", jsonrpc.encode(acknowledged).decode()),),
+        # A task that has already finished is told at once: no later notification would say it.
+        first_events=(
+            ("message", jsonrpc.encode(acknowledged).decode()),
+            *(("message", notice) for task in listened if (notice := tasks.finished_notice(task, subscription_id))),
+        ),
         subscription_id=subscription_id,
         notifications=frozenset(LISTEN_FILTERS[key] for key in honored if key in LISTEN_FILTERS),
         stream_id=limits.do_open_stream(ctx.token),

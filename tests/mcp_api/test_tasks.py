@@ -310,6 +310,29 @@ async def test_a_listen_naming_the_task_hears_its_decision_with_the_subscription
     assert event["params"]["_meta"] == {SUBSCRIPTION_ID_META_KEY: "listen-t"}
 
 
+async def test_a_listen_naming_a_task_already_finished_hears_its_final_status_at_once(cast):
+    token = cast.operator.raw_token
+    finished_id = result(await write(token, TASKS))["taskId"]
+    await deny((await confirmation()).id, cast.operator.user)
+    working_id = result(await write(token, TASKS))["taskId"]
+    headers = stateless_headers(token, LISTEN_HEADERS)
+
+    async with open_stream(
+        "POST", "/mcp", headers=headers, body=listen_to([working_id, finished_id], toolsListChanged=True)
+    ) as stream:
+        acknowledged = (await stream.next_event()).json()
+        event = (await stream.next_event()).json()
+        await database_sync_to_async(notify_streams)(BROADCAST_GROUP, "mcp.tools_changed")
+        after = (await stream.next_event()).json()
+
+    assert acknowledged["params"]["notifications"]["taskIds"] == sorted([working_id, finished_id])
+    assert after["method"] == "notifications/tools/list_changed"  # nothing was said of the working one
+    assert event["method"] == "notifications/tasks"
+    assert (event["params"]["taskId"], event["params"]["status"]) == (finished_id, "completed")
+    assert event["params"]["result"]["structuredContent"]["error"] == "FORGE_ERR_CONFIRMATION_DENIED"
+    assert event["params"]["_meta"] == {SUBSCRIPTION_ID_META_KEY: "listen-t"}
+
+
 async def test_a_listen_naming_no_task_hears_no_task_notification(cast):
     token = cast.operator.raw_token
     await write(token, TASKS)
