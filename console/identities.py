@@ -206,7 +206,7 @@ class TokenAdmin(DecidedOnRecords, ReadOnlyModelAdmin):
             act=self._revoke_by_pk,
         )
 
-    @admin.action(description="Revoke the selected tokens (refuses their next request, closes their streams)")
+    @admin.action(description="Revoke the selected tokens (cannot be undone)")
     def revoke_selected(self, request, queryset) -> None:
         pks = queryset.filter(revoked_at__isnull=True).values_list("pk", flat=True)
         decide_each(self, request, pks, self.revoke_decision(), noun="Token", done="Revoked {count} token(s).")
