@@ -72,14 +72,14 @@ SETTLED_NS = 2_000_000_000
 
 class _Read:
     """The trust store as last read: its folder's identity and times, what its files were then (name, size,
-    modification time, inode), and whether the read came long enough after every one of those times that any
+    modification and change times, inode), and whether the read came long enough after every one of those times that any
     later change must show a time of its own."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.folder: Path | None = None
         self.listing: tuple[int, int, int, int] | None = None
-        self.files: tuple[tuple[str, int, int, int], ...] | None = None
+        self.files: tuple[tuple[str, int, int, int, int], ...] | None = None
         self.settled = False
         self.found: list[TrustedCa] = []
 
@@ -92,8 +92,10 @@ def _folder_state(status: os.stat_result) -> tuple[int, int, int, int]:
     return (status.st_dev, status.st_ino, status.st_mtime_ns, status.st_ctime_ns)
 
 
-def _file_state(name: str, status: os.stat_result) -> tuple[str, int, int, int]:
-    return (name, status.st_size, status.st_mtime_ns, status.st_ino)
+def _file_state(name: str, status: os.stat_result) -> tuple[str, int, int, int, int]:
+    """What changes when a file is replaced or written: its inode, size and times. The change time too, which no
+    one can set back: a file rewritten to the same size with its modification time put back still shows."""
+    return (name, status.st_size, status.st_mtime_ns, status.st_ctime_ns, status.st_ino)
 
 
 def _unchanged(where: Path, listing: tuple[int, int, int, int]) -> list[TrustedCa] | None:
@@ -106,9 +108,9 @@ def _unchanged(where: Path, listing: tuple[int, int, int, int]) -> list[TrustedC
         if not (_read.settled and _read.folder == where and _read.listing == listing and _read.files is not None):
             return None
         files, found = _read.files, list(_read.found)
-    for name, size, mtime, inode in files:
+    for state in files:
         try:
-            if _file_state(name, os.stat(where / name)) != (name, size, mtime, inode):
+            if _file_state(state[0], os.stat(where / state[0])) != state:
                 return None
         except OSError:
             return None

@@ -103,3 +103,20 @@ def test_a_missing_store_trusts_nothing(settings, tmp_path):
     settings.FORGE_TRUST_DIR = tmp_path / "nowhere"
 
     assert trust.trusted() == []
+
+
+def test_a_ca_file_rewritten_to_the_same_size_with_its_modification_time_put_back_is_seen(store, later):
+    first, other = Elsewhere.create("First CA"), Elsewhere.create("Other CA")
+    size = max(len(first.pem), len(other.pem))
+    path = store / "first.pem"
+    path.write_bytes(first.pem.ljust(size, b"\n"))
+    back_date(path, store)
+    assert fingerprints() == [trust.ca.cert_fingerprint(first.certificate)]
+    before = os.stat(path)
+
+    with open(path, "r+b") as handle:  # another CA in the same file, the same size, the old time put back
+        handle.write(other.pem.ljust(size, b"\n"))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (os.stat(path).st_size, os.stat(path).st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+
+    assert fingerprints() == [trust.ca.cert_fingerprint(other.certificate)]
