@@ -72,8 +72,8 @@ SETTLED_NS = 2_000_000_000
 
 class _Read:
     """The trust store as last read: its folder's identity and times, what its files were then (name, size,
-    modification and change times, inode), and whether the read came long enough after every one of those times that any
-    later change must show a time of its own."""
+    modification and change times, inode), and whether the read came long enough after every one of those times
+    that any later change must show a time of its own."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
