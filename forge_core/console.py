@@ -44,7 +44,9 @@ def refused(request: HttpRequest, refusal: Refusal, *, about: str = "") -> None:
 
 class OperatorAuthentication(BaseAuthentication):
     """The base of a REST authentication whose credential stands for a console operator (an operator token):
-    the operator APIs accept it beside a console login and refuse every other token. It lives here rather
+    the operator APIs accept it beside a console login and refuse every other token. Its `authenticate` answers
+    only a user it has found to be an operator (`is_operator`) in the same request, so the operator APIs'
+    permission does not ask again. It lives here rather
     than in forge_core.rest because settings load authentication classes while REST framework is still
     importing its views, which forge_core.rest needs."""
 

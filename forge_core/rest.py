@@ -261,11 +261,12 @@ class OperatorsOnly(BasePermission):
     )
 
     def has_permission(self, request: Request, view: object) -> bool:
-        # A session login has no `auth`; any token other than an operator's (a client token) is refused.
-        by_operator_credential = request.auth is None or isinstance(
-            request.successful_authenticator, OperatorAuthentication
-        )
-        allowed = by_operator_credential and is_operator(request.user)
+        # A session login has no `auth`, and its user is checked here; an operator credential's authentication has
+        # checked its user already, in this request; any other token (a client token) is refused.
+        if isinstance(request.successful_authenticator, OperatorAuthentication):
+            allowed = True
+        else:
+            allowed = request.auth is None and is_operator(request.user)
         if not allowed and request.user.is_authenticated:
             # An attempt, not a stray request: a client token (even an operator's) or a non-operator's login.
             operator_api_refused.send(

@@ -601,3 +601,11 @@ def test_the_docs_page_loads_and_references_only_local_static_assets(cast):
         assert asset.startswith("/static/drf_spectacular_sidecar/"), asset
         assert finders.find(asset.removeprefix("/static/")) is not None, asset
     assert "http://" not in page and "https://" not in page
+
+
+def test_a_request_asks_once_whether_its_user_is_an_operator(operator):
+    with CaptureQueriesContext(connection) as queries:
+        assert operator.get("/api/sessions").status_code == 200
+
+    membership = [q["sql"] for q in queries.captured_queries if "auth_user_groups" in q["sql"]]
+    assert len(membership) == 1, membership
