@@ -268,6 +268,38 @@ def record(
     return event
 
 
+def record_together(entries: Iterable[Mapping[str, Any]]) -> list[AuditEvent]:
+    """Append several events of the caller's transaction as one batch, in this order, each given as `record()`'s
+    keyword arguments: the chain head read once under the lock, one INSERT of the rows and one of their tree nodes,
+    where each row alone takes all three (on PostgreSQL, round trips). Fail closed as `record()`: `AuditUnavailable`,
+    and the transaction must not commit. Outside a transaction each is recorded as `record()` records it."""
+    entries = list(entries)
+    if not connection.in_atomic_block:
+        return [record(**entry) for entry in entries]
+    events = []
+    for entry in entries:
+        kind = entry["kind"]
+        if kind not in EVENT_KINDS:
+            raise ValueError(f"{kind!r} is not an audit event kind; add it to EventKind")
+        sanitized = sanitize(dict(entry.get("arguments") or {}), secret_keys=entry.get("secret_keys", ()))
+        events.append(
+            fastsql.built(
+                AuditEvent,
+                kind=str(kind),
+                tool=entry.get("tool", "")[:100],
+                arguments_json=canonical_json(_with_trace(sanitized, entry.get("trace"))),
+                outcome=entry.get("outcome", "")[:200],
+                called_by=entry.get("called_by", "")[:200],
+                session=entry.get("session", "")[:100],
+                client_label=entry.get("client_label", "")[:200],
+                project=entry.get("project", "")[:100],
+            )
+        )
+    if events:
+        _append_in_transaction(events)
+    return events
+
+
 def _with_trace(sanitized: dict[str, Any], trace: Mapping[str, str] | None) -> dict[str, Any]:
     return {**sanitized, "_meta": dict(trace)} if trace else sanitized
 
