@@ -28,7 +28,6 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from audit.models import EventKind
-from audit.services import record
 from caretaker.fingerprint import normalize_typed_id
 from confirmations import executor, sealing
 from confirmations.models import (
@@ -125,8 +124,8 @@ def do_create_confirmation(
 
 
 def _audit(confirmation: PendingConfirmation, kind: str, outcome: str, *, called_by: str) -> None:
-    record(
-        kind,
+    executor.audit_row(
+        kind=kind,
         tool=confirmation.tool,
         arguments={
             "confirmation": str(confirmation.id),

@@ -8,6 +8,7 @@ replacing the executor."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -19,11 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import DatabaseError, connection
+from django.test.utils import CaptureQueriesContext
 
 from audit.models import AuditEvent
 from confirmations import executor, sealing
 from confirmations.models import Contract, ContractEvent, ContractState, TargetReservation
 from forge_core.capabilities import ExecutionRefused
+from forge_core.errors import AuditUnavailable
 from projects.capability import ProjectFileCapability, apply_intent, intent_for
 from projects.models import Project
 from projects.plcopen import documents, queries
@@ -849,3 +853,36 @@ def test_execute_of_a_contract_loaded_afresh_computes_its_result_from_the_sealed
     contract = executor.execute(Contract.objects.get(pk=prepared.pk), actor=ACTOR)
     assert contract.state == S.VERIFIED
     assert len(calls) == 2
+
+
+# --- the audit rows of a move, appended together -------------------------------------------------------
+
+
+def refuse_audit_inserts(execute, sql, params, many, context):
+    if "INSERT INTO" in sql and "audit_auditevent" in sql:
+        raise DatabaseError("the audit table cannot be written (refused by the test)")
+    return execute(sql, params, many, context)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_audit_rows_of_one_transaction_are_appended_together_in_the_order_of_the_moves(project):
+    with CaptureQueriesContext(connection) as queries:
+        contract = prepare(project)
+
+    appends = [query["sql"] for query in queries.captured_queries if "audit_auditevent" in query["sql"]]
+    assert len(appends) == 1
+    rows = contract_audit_rows()
+    assert [json.loads(row.arguments_json)["to"] for row in rows] == [ContractState.PREPARING, ContractState.PREPARED]
+    assert all(json.loads(row.arguments_json)["contract"] == str(contract.pk) for row in rows)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_move_whose_audit_rows_cannot_be_appended_is_not_made(project):
+    contract = prepare(project)
+
+    with connection.execute_wrapper(refuse_audit_inserts), pytest.raises(AuditUnavailable):
+        executor.execute(contract, actor=ACTOR)
+
+    assert Contract.objects.get(pk=contract.pk).state == ContractState.PREPARED
+    assert event_states(contract) == [ContractState.PREPARING, ContractState.PREPARED]
+    assert not TargetReservation.objects.exists()
