@@ -337,13 +337,18 @@ def prepare(
     label: str = "",
     expected_fingerprint: str = "",
     expected_result: str = "",
+    reviewed_result: bytes | None = None,
     confirmation: PendingConfirmation | None = None,
 ) -> Contract:
     """Record a contract and prepare it against the target as it is now. Returns the PREPARED contract;
     raises ExecutionRefused (after recording FAILED) when the target drifted from `expected_fingerprint`,
     when the intent does not apply, or when it does not produce the result the operator reviewed
     (`expected_result`, the fingerprint of the previewed bytes). The same idempotency key is refused a
-    second time: a confirmed request executes once."""
+    second time: a confirmed request executes once.
+
+    `reviewed_result`, the bytes the preview made (in another process, perhaps), stands for the intent applied to
+    the target when the target is the one previewed (`expected_fingerprint`) and their fingerprint is
+    `expected_result`: exactly the bytes the operator reviewed, so they are not computed again."""
     adapter = authorize(capability_name, capability(capability_name).target_kind, method)
     identity_json = sealing.canonical_json(adapter.identity(target))
     intent_json = sealing.canonical_json(intent)
@@ -379,7 +384,15 @@ def prepare(
         observed = adapter.read(identity)
         if expected_fingerprint and observed.fingerprint != expected_fingerprint:
             raise ExecutionRefused("target_drift", "the target changed after the preview was made; nothing was written")
-        result = adapter.forward(identity, method, observed.content, intent)
+        if (
+            reviewed_result is not None
+            and expected_fingerprint
+            and expected_result
+            and adapter.fingerprint(reviewed_result) == expected_result
+        ):
+            result = reviewed_result
+        else:
+            result = adapter.forward(identity, method, observed.content, intent)
         if expected_result and adapter.fingerprint(result) != expected_result:
             raise ExecutionRefused(
                 "integrity", "the change no longer produces the bytes the operator reviewed; nothing was written"

@@ -43,6 +43,14 @@ CONFIRMATION_TRANSITIONS: dict[str, frozenset[str]] = {
 }
 
 
+class WithoutReviewedResult(models.Manager["PendingConfirmation"]):
+    """Confirmations read without the bytes their preview made (a copy of the project file each): only the decision
+    reads them (`defer(None)`)."""
+
+    def get_queryset(self) -> models.QuerySet[PendingConfirmation]:
+        return super().get_queryset().defer("reviewed_result")
+
+
 class PendingConfirmation(models.Model):
     """A mutation a client asked for, suspended until an operator approves or denies it."""
 
@@ -85,6 +93,14 @@ class PendingConfirmation(models.Model):
     # approves. The executor recomputes both, so a record edited after review does not execute.
     seal = models.CharField(max_length=64, blank=True)
     decision_seal = models.CharField(max_length=64, blank=True)
+    # The bytes the preview made (the result to be written), kept while it is pending: the process that carries out
+    # its approval writes them instead of applying the operations again, as the preview's process did (an apply and
+    # a schema validation). Not sealed itself: the executor takes them only when their fingerprint is the sealed
+    # `result_digest`, so bytes edited in the database are computed anew, and refused unless they come out as
+    # reviewed. Emptied by the move out of pending; left out of every read but the decision's (`objects`).
+    reviewed_result = models.BinaryField(default=b"", blank=True, editable=False)
+
+    objects = WithoutReviewedResult()
 
     class Meta:
         ordering = ["-created_at"]

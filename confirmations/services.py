@@ -90,10 +90,12 @@ def do_create_confirmation(
     label: str,
     requires_typed_id: bool = False,
     key_memorable_id: str = "",
+    result: bytes = b"",
 ) -> PendingConfirmation:
     """Suspend a mutation until an operator decides; the console hears of it at once. The record is sealed
     as it is created: what the operator will review (question, preview, operations, the base and the
-    result by fingerprint) cannot be changed afterwards without the approval being refused."""
+    result by fingerprint) cannot be changed afterwards without the approval being refused. `result`, the bytes
+    the preview made, is kept while it is pending, for the process that carries out its approval."""
     confirmation = PendingConfirmation(
         tool=tool,
         arguments=dict(arguments),
@@ -115,6 +117,7 @@ def do_create_confirmation(
         result_digest=result_digest,
         label=label[:200],
         expires_at=timezone.now() + expiry_for(tool),
+        reviewed_result=result,
     )
     confirmation.seal = sealing.mac(confirmation.review_parts())
     confirmation.save(force_insert=True)
@@ -153,6 +156,8 @@ def _announce(confirmation: PendingConfirmation) -> None:
 
 def _move(confirmation: PendingConfirmation, to: str, **changes: Any) -> PendingConfirmation:
     PendingConfirmation.check_transition(confirmation.state, to)
+    if confirmation.state == C.PENDING:
+        changes["reviewed_result"] = b""  # kept while it is pending only; read by the decision (`_locked`)
     confirmation.state = to
     for name, value in changes.items():
         setattr(confirmation, name, value)
@@ -163,7 +168,8 @@ def _move(confirmation: PendingConfirmation, to: str, **changes: Any) -> Pending
 
 
 def _locked(confirmation_id: Any) -> PendingConfirmation:
-    return _found(confirmation_id, PendingConfirmation.objects.select_for_update())
+    """The record locked, with the bytes its preview made while it is pending (`reviewed_result`)."""
+    return _found(confirmation_id, PendingConfirmation.objects.defer(None).select_for_update())
 
 
 def _found(confirmation_id: Any, query=None) -> PendingConfirmation:
@@ -341,6 +347,7 @@ def do_approve_confirmation(confirmation_id: Any, *, acting_user: User, typed_id
             )
         confirmation.decided_by, confirmation.decided_at = acting_user, timezone.now()
         decision_seal = sealing.mac(confirmation.decision_parts())
+        previewed = bytes(confirmation.reviewed_result)  # read with the locked record; the move empties it
         _move(
             confirmation,
             C.APPROVED,
@@ -348,6 +355,8 @@ def do_approve_confirmation(confirmation_id: Any, *, acting_user: User, typed_id
             decided_at=confirmation.decided_at,
             decision_seal=decision_seal,
         )
+        # Kept on this object only, for the executor (`_carry_out`).
+        confirmation.previewed = previewed  # type: ignore[attr-defined]
         _audit(confirmation, EventKind.CONFIRMATION_DECIDED, "approved", called_by=acting_user.get_username())
 
     try:
@@ -400,7 +409,10 @@ def _approved_as_sealed(confirmation: PendingConfirmation) -> PendingConfirmatio
 
 def _carry_out(confirmation: PendingConfirmation, actor: str) -> PendingConfirmation:
     """Hand the approved change to the executor exactly as it was sealed: the record is read again and its
-    decision seal checked, and the executor refuses a result whose bytes differ from the ones previewed."""
+    decision seal checked, and the executor refuses a result whose bytes differ from the ones previewed. The bytes
+    the preview made (`previewed`, read with the record the decision locked) are offered to the executor, which
+    writes them only when their fingerprint is the sealed one (`executor.prepare`'s `reviewed_result`)."""
+    previewed = getattr(confirmation, "previewed", b"")
     sealed = _approved_as_sealed(confirmation)
     if sealed is None:
         return _finish(confirmation, None, refusal_reason="integrity")
@@ -425,6 +437,7 @@ def _carry_out(confirmation: PendingConfirmation, actor: str) -> PendingConfirma
                 label=confirmation.label,
                 expected_fingerprint=confirmation.base_fingerprint,
                 expected_result=confirmation.result_digest,
+                reviewed_result=previewed or None,
                 confirmation=confirmation,
             )
             contract = executor.execute(

@@ -125,6 +125,7 @@ def propose(ctx: CallContext, args: ProjectArguments, tool_name: str, op_name: s
         intent=intent,
         base_fingerprint=plcopen.fingerprint(current),
         result_digest=plcopen.fingerprint(preview.result),
+        result=preview.result,
         label=f"{tool_name} on {project.slug}",
     )
     ctx.awaiting = str(confirmation.id)

@@ -14,7 +14,7 @@ from confirmations import executor
 from confirmations.models import Contract, ContractState, PendingConfirmation
 from confirmations.services import do_approve_confirmation, do_create_confirmation
 from forge_core.console import OPERATORS_GROUP
-from projects.capability import intent_for
+from projects.capability import apply_intent, intent_for
 from projects.files import inside_root
 from projects.models import Project
 from tests.confirmations.helpers import previewed_result
@@ -43,7 +43,8 @@ def ask(
     requires_typed_id: bool = False,
     key_memorable_id: str = "",
 ) -> PendingConfirmation:
-    """A client (member's token) asks to add a variable to the project; it waits for an operator."""
+    """A client (member's token) asks to add a variable to the project; it waits for an operator. The bytes its
+    preview made are kept with it, as a write tool keeps them."""
     project.refresh_from_db()
     operations = add_variable(name)
     intent = intent_for(operations)
@@ -62,6 +63,7 @@ def ask(
         intent=intent,
         base_fingerprint=project.fingerprint,
         result_digest=previewed_result(project, intent),
+        result=apply_intent(project_file_of(project).read_bytes(), intent),
         label=f"add variable {name} to LineMain",
         requires_typed_id=requires_typed_id,
         key_memorable_id=key_memorable_id,

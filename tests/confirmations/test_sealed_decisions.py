@@ -16,12 +16,15 @@ import pytest
 from audit.models import AuditEvent, EventKind
 from confirmations import services
 from confirmations.models import ConfirmationState, Contract, ContractState, PendingConfirmation
-from confirmations.services import DecisionRefused, do_approve_confirmation, is_authentic
-from projects.capability import intent_for
+from confirmations.services import DecisionRefused, do_approve_confirmation, do_deny_confirmation, is_authentic
+from projects import capability
+from projects.capability import apply_intent, intent_for
 from projects.models import Project
 from projects.plcopen import documents
 from projects.preview import preview_change
+from projects.recent import RecentValues
 from tests.confirmations.helpers import STAMP, project_file, propose_write
+from tests.confirmations.operator_helpers import ask
 
 pytestmark = pytest.mark.django_db
 
@@ -164,3 +167,56 @@ def test_a_record_made_before_decisions_were_sealed_cannot_be_approved(cast, pro
     with pytest.raises(DecisionRefused, match="edited outside Forge"):
         do_approve_confirmation(confirmation.pk, acting_user=cast.operator.user)
     assert PendingConfirmation.objects.get(pk=confirmation.pk).state == C.PENDING
+
+
+# --- the bytes the preview made, carried out in another process -------------------------------------
+
+
+@pytest.fixture
+def in_another_process(monkeypatch):
+    """The approval is carried out by a process that did not make the preview: nothing of it in memory."""
+    monkeypatch.setattr(capability, "_results", RecentValues(capability.RESULTS_KEPT))
+
+
+def test_an_approval_writes_the_bytes_the_preview_made_without_applying_the_operations_again(
+    cast, project, path, monkeypatch, in_another_process
+):
+    confirmation = ask(cast.caretaker, project)
+    previewed = bytes(PendingConfirmation.objects.defer(None).get(pk=confirmation.pk).reviewed_result)
+
+    def never(*args, **kwargs):
+        raise AssertionError("the operations were applied again")
+
+    monkeypatch.setattr(capability.ProjectFileCapability, "forward", never)
+    decided = do_approve_confirmation(confirmation.pk, acting_user=cast.operator.user)
+
+    assert decided.state == C.EXECUTED, decided.outcome
+    assert path.read_bytes() == previewed
+
+
+def test_preview_bytes_edited_in_the_database_are_not_written_the_change_is_computed_anew(
+    cast, project, path, in_another_process
+):
+    confirmation = ask(cast.caretaker, project)
+    expected = apply_intent(path.read_bytes(), confirmation.intent)
+    PendingConfirmation.objects.filter(pk=confirmation.pk).update(reviewed_result=expected.replace(b"zz", b"yy"))
+
+    decided = do_approve_confirmation(confirmation.pk, acting_user=cast.operator.user)
+
+    assert decided.state == C.EXECUTED, decided.outcome
+    assert path.read_bytes() == expected
+    assert documents.fingerprint(expected) == confirmation.result_digest
+
+
+@pytest.mark.parametrize("decide", ["approve", "deny"])
+def test_the_bytes_the_preview_made_are_kept_only_while_the_confirmation_is_pending(cast, project, decide):
+    confirmation = ask(cast.caretaker, project)
+    assert PendingConfirmation.objects.defer(None).get(pk=confirmation.pk).reviewed_result
+    assert "reviewed_result" in PendingConfirmation.objects.get(pk=confirmation.pk).get_deferred_fields()
+
+    if decide == "approve":
+        do_approve_confirmation(confirmation.pk, acting_user=cast.operator.user)
+    else:
+        do_deny_confirmation(confirmation.pk, acting_user=cast.operator.user)
+
+    assert bytes(PendingConfirmation.objects.defer(None).get(pk=confirmation.pk).reviewed_result) == b""

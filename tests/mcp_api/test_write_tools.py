@@ -192,6 +192,17 @@ async def test_editor_confirm_reports_pending_then_the_executed_result(cast, ste
 
 
 @pytest.mark.usefixtures("override")
+async def test_a_write_keeps_the_bytes_its_preview_made_with_the_pending_confirmation(cast, steps):
+    proposed = await propose(cast.operator.raw_token)
+
+    stored = await database_sync_to_async(
+        lambda: PendingConfirmation.objects.defer(None).get(pk=proposed["pending_id"])
+    )()
+    assert documents.fingerprint(bytes(stored.reviewed_result)) == stored.result_digest
+    assert b'name="Extra"' in bytes(stored.reviewed_result)
+
+
+@pytest.mark.usefixtures("override")
 async def test_editor_confirm_reports_a_denial_as_an_error(cast, steps):
     token = cast.operator.raw_token
     proposed = await propose(token)
