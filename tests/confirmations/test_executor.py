@@ -13,6 +13,8 @@ import os
 import shutil
 import socket
 import subprocess
+import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, connection, connections
 from django.test.utils import CaptureQueriesContext
 
 from audit.models import AuditEvent
@@ -886,3 +888,44 @@ def test_a_move_whose_audit_rows_cannot_be_appended_is_not_made(project):
     assert Contract.objects.get(pk=contract.pk).state == ContractState.PREPARED
     assert event_states(contract) == [ContractState.PREPARING, ContractState.PREPARED]
     assert not TargetReservation.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_move_that_waited_for_another_moves_lock_is_refused_as_stale_not_as_tampered(project):
+    """The lock and the chain are read in one statement; a move committed while it waited is in the record it then
+    sees, not in the chain its snapshot had, which must not pass for a broken chain."""
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's row locks: SQLite's transactions wait for its one write lock before they read")
+    contract = prepare(project)
+    stale = Contract.objects.get(pk=contract.pk)
+    waiting_started = threading.Event()
+    outcome: list[Any] = []
+
+    def waits_for_the_lock() -> None:
+        waiting_started.set()
+        try:
+            executor.transition(stale, ContractState.EXPIRED, actor=ACTOR, reason="expired")
+        except Exception as exc:
+            outcome.append(exc)
+        finally:
+            connection.close()
+
+    def hold_the_lock_until_the_other_waits(current: Contract) -> None:
+        thread.start()
+        waiting_started.wait(5)
+        deadline = time.monotonic() + 5
+        with connections["default"].cursor() as cursor:
+            while time.monotonic() < deadline:
+                cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+                if cursor.fetchone()[0]:
+                    return
+        raise AssertionError("the second move never waited for the lock")
+
+    thread = threading.Thread(target=waits_for_the_lock)
+    executor.transition(
+        contract, ContractState.EXPIRED, actor=ACTOR, reason="expired", inside=hold_the_lock_until_the_other_waits
+    )
+    thread.join(10)
+
+    assert len(outcome) == 1 and isinstance(outcome[0], executor.StaleContract), outcome
+    assert event_states(contract) == [ContractState.PREPARING, ContractState.PREPARED, ContractState.EXPIRED]
