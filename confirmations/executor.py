@@ -175,13 +175,12 @@ def load(contract_id: Any, *, for_update: bool = False) -> Contract:
     return contract
 
 
-def verify(contract: Contract, events: list[ContractEvent] | None = None) -> str:
-    """Check a contract's record MAC and its whole event chain (`events`, in version order, when the caller read
-    them); ContractTampered otherwise. Returns the last event's MAC, which the next event chains to."""
+def verify(contract: Contract) -> str:
+    """Check a contract's record MAC and its whole event chain; ContractTampered otherwise. Returns the last
+    event's MAC, which the next event chains to."""
     sealing.check_mac(contract.mac_parts(), contract.mac, f"contract {contract.id}")
     previous = ""
-    if events is None:
-        events = list(ContractEvent.objects.filter(contract=contract).order_by("version"))
+    events = list(ContractEvent.objects.filter(contract=contract).order_by("version"))
     for expected_version, event in enumerate(events, start=1):
         if event.version != expected_version or event.prev_mac != previous:
             raise sealing.ContractTampered(f"the event chain of contract {contract.id} is broken at {expected_version}")
@@ -265,28 +264,6 @@ def _reserve_sql() -> tuple[str, list[Field[Any, Any]]]:
     return sql, fields
 
 
-def _locked_with_chain(contract_id: Any) -> tuple[Contract, list[ContractEvent]]:
-    """The contract's record, locked, and its whole event chain in version order, in one statement: its events joined
-    to the record and the record's row locked (on PostgreSQL; SQLite's transactions hold its one write lock).
-
-    A move committed while this statement waited for the lock is seen in the record (PostgreSQL checks the locked row
-    again as it is now) but not its event, which the statement's snapshot predates: then, as when no event is found,
-    the record and the chain are read again, now that the lock is held."""
-    events = list(
-        ContractEvent.objects.filter(contract_id=contract_id)
-        .select_related("contract")
-        .select_for_update(of=("contract",))
-        .order_by("version")
-    )
-    if events and events[-1].version == events[-1].contract.version:
-        current = events[-1].contract
-        for event in events:
-            event.contract = current
-        return current, events
-    current = Contract.objects.select_for_update().get(pk=contract_id)
-    return current, list(ContractEvent.objects.filter(contract=current).order_by("version"))
-
-
 def transition(
     contract: Contract,
     to: str,
@@ -310,8 +287,9 @@ def transition(
         if recorded:
             current, previous = copy.copy(contract), recorded
         else:
-            current, events = _locked_with_chain(contract.pk)
-            previous = verify(current, events)
+            current = Contract.objects.select_for_update().get(pk=contract.pk)
+            # The whole chain, under the row lock: one read of its few events, as reading only the last would be.
+            previous = verify(current)
         if check is not None:
             check(current)
         if (current.state, current.version) != (contract.state, contract.version):

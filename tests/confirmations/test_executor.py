@@ -892,8 +892,8 @@ def test_a_move_whose_audit_rows_cannot_be_appended_is_not_made(project):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_move_that_waited_for_another_moves_lock_is_refused_as_stale_not_as_tampered(project):
-    """The lock and the chain are read in one statement; a move committed while it waited is in the record it then
-    sees, not in the chain its snapshot had, which must not pass for a broken chain."""
+    """A move committed while another waited for the record's lock must not pass for a broken chain in the one that
+    waited (a statement that read the chain with the lock would have a snapshot from before that move)."""
     if connection.vendor != "postgresql":
         pytest.skip("PostgreSQL's row locks: SQLite's transactions wait for its one write lock before they read")
     contract = prepare(project)
