@@ -287,11 +287,11 @@ def _append_alone(events: list[AuditEvent]) -> None:
 
     On PostgreSQL the transaction is the append's own, in two round trips where Django's atomic() took four: BEGIN
     goes in the script that takes the chain lock and reads the head (`begun_locked_chain_head`), and the INSERTs
-    and COMMIT go as one pipeline once the mirror's lines are synced (`_append`). Django's connection stays in
+    and COMMIT go as one script once the mirror's lines are synced (`_append`). Django's connection stays in
     autocommit meanwhile, so psycopg sends no BEGIN of its own, and anything that stops the append rolls the
     transaction back here."""
     db = connections[DEFAULT_DB_ALIAS]
-    if db.vendor != "postgresql" or not db.get_autocommit():
+    if db.vendor != "postgresql" or not db.get_autocommit() or _binds_on_the_server(db):
         _append_in_transaction(events)
         return
     try:
@@ -302,6 +302,12 @@ def _append_alone(events: list[AuditEvent]) -> None:
             raise
     except (DatabaseError, MirrorError) as exc:
         raise AuditUnavailable(str(exc)) from exc
+
+
+def _binds_on_the_server(db: Any) -> bool:
+    """Whether Django's psycopg cursors bind parameters on the server (OPTIONS `server_side_binding`): then a
+    statement with parameters is a prepared one, and a script of several cannot be sent with them."""
+    return db.settings_dict["OPTIONS"].get("server_side_binding") is True
 
 
 def _roll_back(db: Any) -> None:
@@ -463,7 +469,7 @@ def _append(events: list[AuditEvent], head: tuple[int, str]) -> None:
 
     On a connection Django keeps in autocommit (PostgreSQL only: `_append_alone`, which began the transaction),
     the append commits the transaction itself: the mirror's lines are written and synced first, then the INSERTs
-    and COMMIT go as one pipeline, one round trip. A commit that fails then leaves lines past the database's end,
+    and COMMIT go as one script, one round trip. A commit that fails then leaves lines past the database's end,
     as one that fails after the sync always could; the next append sets them aside (`Mirror.append`)."""
     db = connections[DEFAULT_DB_ALIAS]  # this thread's connection, looked up once rather than per field
     commits = db.vendor == "postgresql" and db.get_autocommit()
@@ -492,11 +498,12 @@ def _append(events: list[AuditEvent], head: tuple[int, str]) -> None:
         mirror.append(first, lines, first_prev_mac, committed_lines, kept_size, sync=False)
         mirror.sync()  # before the COMMIT is sent
         kept: list[Callable[[], None]] = []
-        with db.cursor() as cursor, _one_round_trip(db):
-            event_insert.insert_rows(cursor, event_rows)
-            node_insert.insert_rows(cursor, node_rows)
-            if not due:
-                db.connection.execute("COMMIT")
+        # One script, the rows bound into it on the client as Django's psycopg cursor binds every statement: one
+        # Query message, one round trip, and none of a pipeline's work in psycopg. An error stops the script there.
+        events_sql, event_params = event_insert.statement(event_rows)
+        nodes_sql, node_params = node_insert.statement(node_rows)
+        with db.cursor() as cursor:
+            cursor.execute(_script_sql(events_sql, nodes_sql, commit=not due), [*event_params, *node_params])
         if due:  # a checkpoint reads the batch's nodes back: its INSERTs go first, and COMMIT after it
             for checkpoint in due:
                 _store_checkpoint(checkpoint, after_commit=kept.append)
@@ -633,6 +640,10 @@ class _Insert(NamedTuple):
     values_of: Callable[[Any], tuple[Any, ...]]
     one_statement: bool
 
+    def statement(self, rows: list[list[Any]]) -> tuple[str, list[Any]]:
+        """The INSERT of `rows` as one statement, and its parameters."""
+        return _rows_insert_sql(self.sql, len(rows)), [value for row in rows for value in row]
+
     def insert_rows(self, cursor: Any, rows: list[list[Any]]) -> None:
         if self.one_statement and len(rows) > 1:
             cursor.execute(_rows_insert_sql(self.sql, len(rows)), [value for row in rows for value in row])
@@ -661,6 +672,12 @@ def _rows_insert_sql(sql: str, count: int) -> str:
     """`sql`, the INSERT of one row (`INSERT ... VALUES (%s, ...)`), made the INSERT of `count` rows."""
     row = sql[sql.rindex(" VALUES ") + len(" VALUES ") :]
     return f"{sql}{f', {row}' * (count - 1)}"
+
+
+@cache
+def _script_sql(*statements: str, commit: bool) -> str:
+    """`statements` as one script, ending with COMMIT when `commit`."""
+    return "; ".join([*statements, "COMMIT"] if commit else statements)
 
 
 @cache

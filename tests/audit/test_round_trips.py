@@ -1,8 +1,8 @@
 """What a group-committed append costs on PostgreSQL in round trips, counted in libpq's own trace of the protocol
 messages the connection sends (each simple Query, and each Sync that ends a pipeline, is one wait for the server):
-BEGIN goes in the script that takes the chain lock and reads the head, and the INSERTs and COMMIT in one pipeline
+BEGIN goes in the script that takes the chain lock and reads the head, and the INSERTs and COMMIT in one script
 once the mirror is synced, two round trips where Django's atomic() made four (BEGIN, the lock and head, the
-INSERTs, COMMIT). And an append that the database refuses in that pipeline leaves nothing committed and the
+INSERTs, COMMIT). And an append that the database refuses in that script leaves nothing committed and the
 connection out of the transaction."""
 
 from __future__ import annotations
@@ -52,6 +52,18 @@ def test_a_group_committed_append_is_two_round_trips(tmp_path):
     assert audit_verify().startswith("ok 2 events")
 
 
+def test_with_parameters_bound_on_the_server_the_append_goes_in_djangos_transaction_as_before(monkeypatch, tmp_path):
+    """A prepared statement holds one command: with `server_side_binding` the rows and COMMIT cannot go as one
+    script, so the batch is appended in Django's atomic(), four round trips."""
+    record(EventKind.TOOL_CALL, tool="test.warm")
+    monkeypatch.setitem(connection.settings_dict["OPTIONS"], "server_side_binding", True)
+
+    sent = sent_messages(tmp_path / "trace", lambda: record(EventKind.TOOL_CALL, tool="test.traced"))
+
+    assert sent.count("Query") + sent.count("Sync") == 4, sent
+    assert audit_verify().startswith("ok 2 events")
+
+
 @pytest.fixture
 def refusing_trigger():
     """A trigger that refuses, inside the database, any event whose tool is `test.refused`."""
@@ -69,7 +81,7 @@ def refusing_trigger():
         cursor.execute("DROP FUNCTION test_refuse()")
 
 
-def test_an_append_the_database_refuses_in_its_commit_pipeline_commits_nothing_and_ends_the_transaction(
+def test_an_append_the_database_refuses_in_its_commit_script_commits_nothing_and_ends_the_transaction(
     refusing_trigger, mirror_path
 ):
     first = record(EventKind.TOOL_CALL, tool="test.first")
