@@ -2,13 +2,13 @@
 from the parsed XML tree alone (no Django, no database), each with a stable code, a severity, the
 element id of what it is about and a message a person can act on.
 
-`check(root)` walks the document with namespace-qualified XPath and reports, in a deterministic order
-(element id, then code): invalid or reserved identifiers, duplicate names in a scope, unknown types,
-initial values that are not valid for their type, malformed or duplicate located addresses, programs no
-task or resource runs, and from each ST text's parse tree (`projects.st`): syntax errors, vendor-dialect
-statements, identifiers used but not declared, unused local variables of ST POUs, calls of what is neither
-a function nor a function block instance, and assignments to constants and inputs. A finding from ST code
-carries the text it is in (`body`) and its line and column there.
+`check(root)` walks the document (with XPath only for a few searches of the whole of it) and reports, in a
+deterministic order (element id, then code): invalid or reserved identifiers, duplicate names in a scope,
+unknown types, initial values that are not valid for their type, malformed or duplicate located addresses,
+programs no task or resource runs, and from each ST text's parse tree (`projects.st`): syntax errors,
+vendor-dialect statements, identifiers used but not declared, unused local variables of ST POUs, calls of
+what is neither a function nor a function block instance, and assignments to constants and inputs. A
+finding from ST code carries the text it is in (`body`) and its line and column there.
 Schema validity is the caller's business: it validates against the XSD and adds `schema_invalid`
 findings itself (`Finding.of("schema_invalid", ...)`); this module only assumes the elements it reads
 are where the schema puts them, and skips what is missing rather than failing.
