@@ -833,9 +833,9 @@ def test_st_kept_in_a_pous_add_data_is_not_read():
 
 
 def test_a_checks_xpath_calls_do_not_grow_with_its_pous(monkeypatch):
-    """lxml lets go of the GIL and takes it again on every XPath call, and each time another thread waiting
-    for it starts its wait again: a check searches the whole document with XPath a fixed number of times and
-    walks each POU without it (the 50,000-variable project made 3,500 calls, one every 0.3 ms)."""
+    """lxml lets go of the GIL twice on every XPath call, and each time a thread waiting for it wakes, finds it
+    taken again and starts its wait over: a check searches the whole document with XPath a fixed number of times
+    and walks each POU without it (the 50,000-variable project made 3,514 calls, 7,032 releases)."""
     paths: list[str] = []
     search = findings._xpath
     monkeypatch.setattr(findings, "_xpath", lambda element, path: paths.append(path) or search(element, path))
