@@ -314,6 +314,48 @@ def _append_in_transaction(events: list[AuditEvent]) -> None:
         raise AuditUnavailable(str(exc)) from exc
 
 
+def _append_alone(events: list[AuditEvent]) -> None:
+    """Append `events` in a transaction of their own and commit it (the group commit's batch).
+
+    On PostgreSQL the transaction is the append's own, in two round trips where Django's atomic() took four: BEGIN
+    goes in the script that takes the chain lock and reads the head (`begun_locked_chain_head`), and the INSERTs
+    and COMMIT go as one script once the mirror's lines are synced (`_append`). Django's connection stays in
+    autocommit meanwhile, so psycopg sends no BEGIN of its own, and anything that stops the append rolls the
+    transaction back here."""
+    db = connections[DEFAULT_DB_ALIAS]
+    if db.vendor != "postgresql" or not db.get_autocommit() or _binds_on_the_server(db):
+        _append_in_transaction(events)
+        return
+    try:
+        try:
+            _append(events, begun_locked_chain_head())
+        except BaseException:
+            _roll_back(db)
+            raise
+    except (DatabaseError, MirrorError) as exc:
+        raise AuditUnavailable(str(exc)) from exc
+
+
+def _binds_on_the_server(db: Any) -> bool:
+    """Whether Django's psycopg cursors bind parameters on the server (OPTIONS `server_side_binding`): then a
+    statement with parameters is a prepared one, and a script of several cannot be sent with them."""
+    return db.settings_dict["OPTIONS"].get("server_side_binding") is True
+
+
+def _roll_back(db: Any) -> None:
+    """Roll back the transaction the append began on `db`'s connection; a connection that cannot is closed, so
+    that no request after this one runs inside what is left of it."""
+    if db.connection is None:
+        return
+    try:
+        with db.wrap_database_errors:
+            db.connection.rollback()
+    except Exception:
+        logger.warning("could not roll back a failed audit append; closing its database connection")
+        with contextlib.suppress(Exception):
+            db.close()
+
+
 class _Waiting:
     """One row waiting in the group commit, and what its caller is told."""
 
@@ -396,7 +438,7 @@ class _GroupCommit:
             self.last_batch = len(batch)
         failure: AuditUnavailable | None = AuditUnavailable("the audit batch was interrupted")
         try:
-            _append_in_transaction([waiting.event for waiting in batch])
+            _append_alone([waiting.event for waiting in batch])
             failure = None
         except AuditUnavailable as exc:
             failure = exc
@@ -445,11 +487,24 @@ def locked_chain_head() -> tuple[int, str]:
     return (last[0], last[1]) if last else (0, GENESIS_MAC)
 
 
+def begun_locked_chain_head() -> tuple[int, str]:
+    """BEGIN, then `locked_chain_head()`, in one round trip: PostgreSQL only, on a connection in autocommit (Django's
+    and psycopg's), which leaves the transaction open for the caller to commit or roll back."""
+    last = fastsql.fetchone_of_script(_begun_locked_head_sql())
+    return (last[0], last[1]) if last else (0, GENESIS_MAC)
+
+
 def _append(events: list[AuditEvent], head: tuple[int, str]) -> None:
     """Append `events` at the chain's `head` (its last seq and MAC, read under the chain lock), in this order, inside
     the caller's transaction and chain lock: their rows and tree nodes (one INSERT of each kind for the batch),
-    then their mirror lines with one fsync, then any checkpoint that falls due."""
+    then their mirror lines with one fsync, then any checkpoint that falls due.
+
+    On a connection Django keeps in autocommit (PostgreSQL only: `_append_alone`, which began the transaction),
+    the append commits the transaction itself: the mirror's lines are written and synced first, then the INSERTs
+    and COMMIT go as one script, one round trip. A commit that fails then leaves lines past the database's end,
+    as one that fails after the sync always could; the next append sets them aside (`Mirror.append`)."""
     db = connections[DEFAULT_DB_ALIAS]  # this thread's connection, looked up once rather than per field
+    commits = db.vendor == "postgresql" and db.get_autocommit()
     size, prev_mac = head
     first, first_prev_mac = size + 1, prev_mac
     # Prepared INSERTs instead of Model.save / bulk_create: the ORM spent ~0.2 ms per call compiling them.
@@ -468,18 +523,37 @@ def _append(events: list[AuditEvent], head: tuple[int, str]) -> None:
         node_rows.extend(_db_values(node_insert, (node_key(lv, i), lv, i, h), db) for lv, i, h in nodes)
         lines.append(line)
         size, prev_mac = event.seq, event.mac
+    every = settings.FORGE_AUDIT_CHECKPOINT_EVENTS
+    due = range(-(-first // every) * every, size + 1, every) if every else range(0)
+    mirror = Mirror(settings.FORGE_AUDIT_LOG)
+    if commits:
+        mirror.append(first, lines, first_prev_mac, committed_lines, kept_size, sync=False)
+        mirror.sync()  # before the COMMIT is sent
+        kept: list[Callable[[], None]] = []
+        # One script, the rows bound into it on the client as Django's psycopg cursor binds every statement: one
+        # Query message, one round trip, and none of a pipeline's work in psycopg. An error stops the script there.
+        events_sql, event_params = event_insert.statement(event_rows)
+        nodes_sql, node_params = node_insert.statement(node_rows)
+        with db.cursor() as cursor:
+            cursor.execute(_script_sql(events_sql, nodes_sql, commit=not due), [*event_params, *node_params])
+        if due:  # a checkpoint reads the batch's nodes back: its INSERTs go first, and COMMIT after it
+            for checkpoint in due:
+                _store_checkpoint(checkpoint, after_commit=kept.append)
+            with db.wrap_database_errors:
+                db.connection.execute("COMMIT")
+        _FRONTIER.keep(size, prev_mac, store.known)
+        for keep in kept:
+            keep()
+        return
     with db.cursor() as cursor, _one_round_trip(db):
         event_insert.insert_rows(cursor, event_rows)
         node_insert.insert_rows(cursor, node_rows)
     # Synced once as the transaction commits, however many rows it appends (before_commit).
-    mirror = Mirror(settings.FORGE_AUDIT_LOG)
     mirror.append(first, lines, first_prev_mac, committed_lines, kept_size, sync=False)
     before_commit(("audit mirror", mirror.path), mirror.sync)
     _FRONTIER.keep(size, prev_mac, store.known)
-    every = settings.FORGE_AUDIT_CHECKPOINT_EVENTS
-    if every:
-        for due in range(-(-first // every) * every, size + 1, every):
-            _store_checkpoint(due)
+    for checkpoint in due:
+        _store_checkpoint(checkpoint)
 
 
 def _one_round_trip(db: Any) -> contextlib.AbstractContextManager[Any]:
@@ -598,6 +672,10 @@ class _Insert(NamedTuple):
     values_of: Callable[[Any], tuple[Any, ...]]
     one_statement: bool
 
+    def statement(self, rows: list[list[Any]]) -> tuple[str, list[Any]]:
+        """The INSERT of `rows` as one statement, and its parameters."""
+        return _rows_insert_sql(self.sql, len(rows)), [value for row in rows for value in row]
+
     def insert_rows(self, cursor: Any, rows: list[list[Any]]) -> None:
         if self.one_statement and len(rows) > 1:
             cursor.execute(_rows_insert_sql(self.sql, len(rows)), [value for row in rows for value in row])
@@ -629,6 +707,12 @@ def _rows_insert_sql(sql: str, count: int) -> str:
 
 
 @cache
+def _script_sql(*statements: str, commit: bool) -> str:
+    """`statements` as one script, ending with COMMIT when `commit`."""
+    return "; ".join([*statements, "COMMIT"] if commit else statements)
+
+
+@cache
 def _rows_sql() -> tuple[list[str], str]:
     """The attribute names of an event's fields, and the SELECT of the events in a range of seq, in seq order."""
     fields = AuditEvent._meta.concrete_fields
@@ -643,6 +727,13 @@ def _rows_sql() -> tuple[list[str], str]:
 def _locked_head_sql() -> str:
     """The chain lock and then the chain head, as one script (no parameters: a script goes whole)."""
     return f"SELECT pg_advisory_xact_lock({CHAIN_LOCK_ID:d}); {_last_row_sql()}"
+
+
+@cache
+def _begun_locked_head_sql() -> str:
+    """`_locked_head_sql()` in a transaction it begins (a script's statements after BEGIN run in its transaction,
+    which stays open once the script ends)."""
+    return f"BEGIN; {_locked_head_sql()}"
 
 
 @cache
@@ -679,7 +770,9 @@ def do_make_checkpoint() -> AuditCheckpoint | None:
         raise AuditUnavailable(str(exc)) from exc
 
 
-def _store_checkpoint(size: int) -> AuditCheckpoint:
+def _store_checkpoint(
+    size: int, after_commit: Callable[[Callable[[], None]], None] = transaction.on_commit
+) -> AuditCheckpoint:
     store = DatabaseNodeStore()
     root = merkle.root(size, store)
     previous = AuditCheckpoint.objects.filter(size__lt=size).order_by("-size").first()
@@ -691,7 +784,7 @@ def _store_checkpoint(size: int) -> AuditCheckpoint:
     note = sign(Checkpoint(origin=keys.origin(), size=size, root=root), keys.KEY_NAME, keys.signing_key())
     checkpoint = AuditCheckpoint(size=size, root=root, note=note, created_at=timezone.now())
     checkpoint.save(force_insert=True)
-    transaction.on_commit(lambda: _keep_outside_the_database(note, size))
+    after_commit(lambda: _keep_outside_the_database(note, size))
     return checkpoint
 
 

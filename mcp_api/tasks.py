@@ -39,7 +39,7 @@ from django.utils import timezone
 from access.models import session_group
 from audit.models import EventKind
 from audit.services import record
-from confirmations.models import ConfirmationState, PendingConfirmation
+from confirmations.models import CONFIRMATION_TRANSITIONS, ConfirmationState, PendingConfirmation
 from confirmations.services import do_cancel_confirmations, expire_due, outcome_of
 from forge_core.canonical import canonical_json
 from forge_core.errors import Refusal
@@ -66,7 +66,7 @@ DEFAULT_TTL_MS = 60 * 60 * 1000
 MAX_TTL_MS = 24 * 60 * 60 * 1000
 # An operator decides in seconds or minutes, not milliseconds: a tighter poll only costs the server.
 POLL_INTERVAL_MS = 2000
-WORKING_STATES = (C.PENDING, C.APPROVED)  # a task is "working" while its confirmation is in one of these
+WORKING_STATES = tuple(CONFIRMATION_TRANSITIONS)  # a task is "working" while its confirmation can still move
 PURGE_BATCH = 500
 MAX_LISTENED_TASKS = 100  # task ids one subscriptions/listen may name
 LIST_PAGE = 50
@@ -148,12 +148,12 @@ def create_task(ctx: CallContext, confirmation: PendingConfirmation, ttl_ms: int
 
 def _status(confirmation: PendingConfirmation) -> tuple[str, str]:
     state = confirmation.state
-    if state == C.PENDING:
-        return "working", (
-            f"Waiting for an operator's decision in the Forge console ({console_url(confirmation.id)}); it expires "
-            f"at {confirmation.expires_at.isoformat()}."
-        )
-    if state == C.APPROVED:
+    if state in WORKING_STATES:  # the one place that says which states are working (purge_expired keeps these)
+        if state == C.PENDING:
+            return "working", (
+                f"Waiting for an operator's decision in the Forge console ({console_url(confirmation.id)}); it "
+                f"expires at {confirmation.expires_at.isoformat()}."
+            )
         return "working", "Approved by an operator; the change is being carried out."
     message = str(confirmation.outcome.get("message", ""))
     if state == C.CANCELLED:

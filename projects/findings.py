@@ -2,13 +2,13 @@
 from the parsed XML tree alone (no Django, no database), each with a stable code, a severity, the
 element id of what it is about and a message a person can act on.
 
-`check(root)` walks the document with namespace-qualified XPath and reports, in a deterministic order
-(element id, then code): invalid or reserved identifiers, duplicate names in a scope, unknown types,
-initial values that are not valid for their type, malformed or duplicate located addresses, programs no
-task or resource runs, and from each ST text's parse tree (`projects.st`): syntax errors, vendor-dialect
-statements, identifiers used but not declared, unused local variables of ST POUs, calls of what is neither
-a function nor a function block instance, and assignments to constants and inputs. A finding from ST code
-carries the text it is in (`body`) and its line and column there.
+`check(root)` walks the document (with XPath only for a few searches of the whole of it) and reports, in a
+deterministic order (element id, then code): invalid or reserved identifiers, duplicate names in a scope,
+unknown types, initial values that are not valid for their type, malformed or duplicate located addresses,
+programs no task or resource runs, and from each ST text's parse tree (`projects.st`): syntax errors,
+vendor-dialect statements, identifiers used but not declared, unused local variables of ST POUs, calls of
+what is neither a function nor a function block instance, and assignments to constants and inputs. A
+finding from ST code carries the text it is in (`body`) and its line and column there.
 Schema validity is the caller's business: it validates against the XSD and adds `schema_invalid`
 findings itself (`Finding.of("schema_invalid", ...)`); this module only assumes the elements it reads
 are where the schema puts them, and skips what is missing rather than failing.
@@ -102,6 +102,8 @@ _SIZE_TYPES = {
     "L": ("LINT", "ULINT", "LREAL", "LWORD"),
 }
 _TYPE_PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]*#")
+_ENUM_VALUES = f"{q('values')}/{q('value')}"
+_ADD_DATA = q("addData")
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,8 +241,26 @@ def document_findings(
 
 
 def _xpath(element: etree._Element, path: str) -> list[Any]:
-    """Elements or attribute strings, as the path selects."""
+    """Elements or attribute strings, as the path selects. Only for the few searches of a whole document: lxml
+    lets go of the GIL twice on every XPath call (to take its evaluator's lock, then to evaluate), and each time
+    wakes a thread waiting for it, which, finding it taken again, starts its wait over; the checks of each POU
+    and variable walk the tree instead."""
     return element.xpath(path, namespaces=_X)
+
+
+def _names(elements: Iterable[etree._Element]) -> list[str]:
+    """The name of each element that has one: what an XPath path ending in `/@name` selects."""
+    return [name for element in elements if (name := element.get("name")) is not None]
+
+
+def _enum_value_names(enum: etree._Element) -> list[str]:
+    """`p:values/p:value/@name` of an enum."""
+    return _names(enum.iterfind(_ENUM_VALUES))
+
+
+def _parts(pou: etree._Element, part: str) -> Iterator[etree._Element]:
+    """A POU's actions or transitions (`part`): `p:actions/p:action`, `p:transitions/p:transition`."""
+    return pou.iterfind(f"{q(part + 's')}/{q(part)}")
 
 
 def _name(element: etree._Element) -> str:
@@ -266,12 +286,12 @@ def _index(root: etree._Element, known_types: Iterable[str]) -> _Project:
     for pou in every_pou:
         pous.setdefault(_name(pou).casefold(), pou)
     # The values of every enum under types, found POU by POU rather than in one search: lxml keeps the GIL
-    # for a whole XPath call, which took 30 ms on a 50,000-variable project while every other request of
-    # the process waited.
+    # while it turns an XPath call's results into Python objects, which took 30 ms on a 50,000-variable project
+    # while every other request of the process waited; and walked rather than searched in each POU (_xpath).
     enum_value = "//p:enum/p:values/p:value/@name"
     enum_values = [
         *_xpath(root, f"p:types/*[not(self::p:pous)]{enum_value} | p:types/p:pous/*[not(self::p:pou)]{enum_value}"),
-        *(value for pou in every_pou for value in _xpath(pou, f".{enum_value}")),
+        *(value for pou in every_pou for enum in pou.iterdescendants(q("enum")) for value in _enum_value_names(enum)),
     ]
     globals_ = _xpath(root, "p:instances/p:configurations/p:configuration//p:globalVars/p:variable/@name")
     constants = _xpath(
@@ -432,7 +452,7 @@ def _value_problem(
 def _enum_value_problem(content: etree._Element, value: etree._Element, type_name: str | None) -> str | None:
     if local_name(value) != "simpleValue":
         return "an enumeration takes a single value name."
-    names = [str(n) for n in _xpath(content, "p:values/p:value/@name")]
+    names = _enum_value_names(content)
     text = value.get("value", "").strip()
     prefix, _, member = text.rpartition("#")
     if prefix and type_name and prefix.casefold() != type_name.casefold():
@@ -625,7 +645,7 @@ def _check_data_type(data_type: etree._Element, project: _Project) -> None:
             _check_address(project, member, element_id, subject, configuration=None, compare=False)
         _check_unique(project, ((_name(m), element_id, "member") for m in members), f"in structure '{name}'")
     elif local_name(base) == "enum":
-        values = [str(v) for v in _xpath(base, "p:values/p:value/@name")]
+        values = _enum_value_names(base)
         for value in values:
             _check_identifier(project, value, element_id, f"a value of enumeration '{name}'")
         _check_unique(project, ((v, element_id, "value") for v in values), f"in enumeration '{name}'")
@@ -662,7 +682,7 @@ def _check_pou(pou: etree._Element, project: _Project) -> None:
         )
         scope.append((var_name, element_id, "variable"))
     for part in ("action", "transition"):
-        for element in _xpath(pou, f"p:{part}s/p:{part}"):
+        for element in _parts(pou, part):
             _check_identifier(project, _name(element), pou_id, f"an {part} of {kind} '{name}'")
             scope.append((_name(element), pou_id, part))
     _check_unique(project, scope, f"in {kind} '{name}'")
@@ -684,10 +704,15 @@ class _StSource:
 def _st_sources(pou: etree._Element) -> Iterator[_StSource]:
     """Each ST text of a POU: its bodies, actions, transitions and SFC inline code."""
     inline = {"sfc_action": 0, "sfc_condition": 0}
-    for element in _xpath(pou, ".//p:ST[not(ancestor::p:addData)]"):
-        holder = element.getparent().getparent()
+    for element in pou.iterdescendants(q("ST")):
+        parent = element.getparent()
+        if parent is None or next(element.iterancestors(_ADD_DATA), None) is not None:
+            continue
+        holder = parent.getparent()
+        if holder is None:  # never in a document: a POU's ST lies below its body or an action's
+            continue
         code = formatted_text(element) or ""
-        if local_name(element.getparent()) == "inline":
+        if local_name(parent) == "inline":
             condition = local_name(holder) == "condition"
             key = "sfc_condition" if condition else "sfc_action"
             inline[key] += 1
@@ -736,7 +761,7 @@ def _check_st(pou: etree._Element, project: _Project) -> None:
     interface = pou.find(q("interface"))
     variables = list(_sections(interface))
     declared = _Declarations(variables)
-    parts = {str(n).casefold() for n in _xpath(pou, "p:actions/p:action/@name | p:transitions/p:transition/@name")}
+    parts = {n.casefold() for part in ("action", "transition") for n in _names(_parts(pou, part))}
     known = (
         declared.variables.keys()
         | project.global_names
@@ -746,7 +771,7 @@ def _check_st(pou: etree._Element, project: _Project) -> None:
         | project.library_types
         | {n.casefold() for n in iec.STANDARD_FUNCTION_BLOCKS}
         | parts
-        | {str(n).casefold() for n in _xpath(pou, ".//p:step/@name | .//p:macroStep/@name")}
+        | {n.casefold() for n in _names(pou.iterdescendants(q("step"), q("macroStep")))}
     )
     if pou.get("pouType") == "function":
         known = known | {name.casefold()}
@@ -794,7 +819,15 @@ def _check_st(pou: etree._Element, project: _Project) -> None:
                     report("unknown_function", key, source, use, f"'{use.name}' is called in {at}, but {problem}.")
             elif use.role == "write" and (wrong := _write_problem(project, declared, key, use.name, at)):
                 report(wrong[0], key, source, use, wrong[1])
-    bodies = _xpath(pou, "p:body | p:actions/p:action/p:body | p:transitions/p:transition/p:body")
+    bodies = [
+        *pou.iterchildren(q("body")),
+        *(
+            body
+            for part in ("action", "transition")
+            for element in _parts(pou, part)
+            for body in element.iterchildren(q("body"))
+        ),
+    ]
     if not bodies or any(local_name(content) != "ST" for b in bodies if (content := first_element(b)) is not None):
         return
     for section, variable in variables:

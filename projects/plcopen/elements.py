@@ -3,8 +3,9 @@
 Ids are readable paths (`pou/Main/var/Counter`, `config/C0/resource/R0/task/Fast/instance/inst0`) compared
 case-insensitively, as IEC identifiers are; `_STEPS` says which keyword leads from an element of one kind to
 which children. The `ElementIndex` lists every addressable element of a document once, in document order,
-with what searches look at; `resolve` walks to one element without it, so reading back an edit does not
-pay for a whole index. Pure: no Django, no database.
+with what searches look at and where the element is (its position from the root, not an lxml proxy: a document
+is not edited once loaded, so a position holds); `resolve` walks to one element without it, so reading back an
+edit does not pay for a whole index. Pure: no Django, no database.
 """
 
 from __future__ import annotations
@@ -41,11 +42,21 @@ class Entry:
     key: str  # the id lowercased: ids compare case-insensitively
     kind: str
     name: str
-    element: etree._Element
+    root: etree._Element
+    steps: tuple[int, ...]  # the element's position among its parent's children, at each level from the root
     scope: str | None
     section: str | None
     type_text: str | None
     haystack: str
+
+    @property
+    def element(self) -> etree._Element:
+        """The element, found from the root by position. An entry keeps no lxml proxy of its element: the collector
+        walks each one on every pass of its oldest generation, and the index of a large project held 50,000."""
+        element = self.root
+        for step in self.steps:
+            element = element[step]
+        return element
 
 
 class ElementIndex:
@@ -109,8 +120,11 @@ def make_entry(
     element_id: str,
     scope: str | None,
     documentation: dict[etree._Element, etree._Element] | None = None,
+    steps: tuple[int, ...] | None = None,
+    root: etree._Element | None = None,
 ) -> Entry:
-    """The entry for one element; `documentation` maps elements to their documentation when precollected."""
+    """The entry for one element; `documentation` maps elements to their documentation when precollected, `steps`
+    is the element's position from the root and `root` the document's root when known."""
     name = el.get("name", "")
     section = None
     if kind == "variable":
@@ -128,7 +142,22 @@ def make_entry(
     doc_el = documentation.get(el) if documentation is not None else el.find(DOCUMENTATION)
     doc_text = (formatted_text(doc_el) or "").strip() if doc_el is not None else ""
     haystack = f"{name}\n{type_text or ''}\n{doc_text}".lower()
-    return Entry(element_id, element_id.lower(), kind, name, el, scope, section, type_text, haystack)
+    if steps is None:
+        steps = steps_to(el)
+    if root is None:
+        root = el.getroottree().getroot()
+    return Entry(element_id, element_id.lower(), kind, name, root, steps, scope, section, type_text, haystack)
+
+
+def steps_to(el: etree._Element) -> tuple[int, ...]:
+    """The element's position among its parent's children at each level from the root (what `Entry.element`
+    follows)."""
+    steps = []
+    parent = el.getparent()
+    while parent is not None:
+        steps.append(parent.index(el))
+        el, parent = parent, parent.getparent()
+    return tuple(reversed(steps))
 
 
 def direct_entries(
@@ -136,13 +165,31 @@ def direct_entries(
     kind: str,
     element_id: str,
     documentation: dict[etree._Element, etree._Element] | None = None,
+    steps: tuple[int, ...] | None = None,
 ) -> list[Entry]:
-    """The entries directly below one element (a POU's variables, a resource's tasks, globals, instances)."""
+    """The entries directly below one element (a POU's variables, a resource's tasks, globals, instances);
+    `steps` is the element's position from the root when known."""
+    if steps is None:
+        steps = steps_to(el)
+    root = el.getroottree().getroot()
+    # Each parent's children numbered once: a section can hold thousands of variables, and lxml's index() counts.
+    positions: dict[etree._Element, dict[etree._Element, int]] = {}
     entries = []
     for keyword, child_kind, child in direct_elements(el, kind):
         name = child.get("name")
         child_id = f"{element_id}/{keyword}/{name}" if element_id else f"{keyword}/{name}"
-        entries.append(make_entry(child_kind, child, child_id, element_id or None, documentation))
+        below: list[int] = []
+        node = child
+        while node is not el:
+            parent = node.getparent()
+            assert parent is not None  # a child found below `el`
+            numbered = positions.get(parent)
+            if numbered is None:
+                numbered = positions[parent] = {sibling: i for i, sibling in enumerate(parent)}
+            below.append(numbered[node])
+            node = parent
+        child_steps = steps + tuple(reversed(below))
+        entries.append(make_entry(child_kind, child, child_id, element_id or None, documentation, child_steps, root))
     return entries
 
 
@@ -160,11 +207,12 @@ def _collect(
     element_id: str,
     documentation: dict[etree._Element, etree._Element],
     out: list[Entry],
+    steps: tuple[int, ...] = (),
 ) -> None:
-    for entry in direct_entries(el, kind, element_id, documentation):
+    for entry in direct_entries(el, kind, element_id, documentation, steps):
         out.append(entry)
         if entry.kind in _STEPS:
-            _collect(entry.element, entry.kind, entry.id, documentation, out)
+            _collect(entry.element, entry.kind, entry.id, documentation, out, entry.steps)
 
 
 def resolve(root: etree._Element, element_id: str) -> tuple[str, etree._Element, str]:

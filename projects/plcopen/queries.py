@@ -42,6 +42,7 @@ from projects.plcopen.tc6 import (
 # A POU's interface is listed inline up to this many variables; list_variables pages through the rest.
 INTERFACE_VARIABLE_LIMIT: Final = 200
 LIST_DOCUMENTATION_CHARS: Final = 300
+_VARIABLE: Final = q("variable")
 
 
 def _body_language(pou: etree._Element) -> str | None:
@@ -213,22 +214,27 @@ def _body_dict(
 
 
 def _interface_dict(pou_entry: Entry) -> dict[str, Any]:
-    interface = pou_entry.element.find(q("interface"))
+    pou = pou_entry.element
+    interface = pou.find(q("interface"))
     sections: list[dict[str, Any]] = []
     total = 0
     listed = 0
-    for section in interface if interface is not None else ():
+    at = (*pou_entry.steps, pou.index(interface)) if interface is not None else ()
+    for section_at, section in enumerate(interface if interface is not None else ()):
         name = local_name(section)
         if name not in VAR_SECTIONS:
             continue
         variables = []
-        for variable in section.iterchildren(q("variable")):
+        for variable_at, variable in enumerate(section):
+            if variable.tag != _VARIABLE:
+                continue
             total += 1
             var_name = variable.get("name")
             if var_name is None or listed >= INTERFACE_VARIABLE_LIMIT:
                 continue
             listed += 1
-            entry = make_entry("variable", variable, f"{pou_entry.id}/var/{var_name}", pou_entry.id)
+            steps = (*at, section_at, variable_at)
+            entry = make_entry("variable", variable, f"{pou_entry.id}/var/{var_name}", pou_entry.id, steps=steps)
             item = _variable_dict(entry, LIST_DOCUMENTATION_CHARS)
             for key in ("kind", "scope", "section", "retain", "constant"):
                 del item[key]
@@ -288,7 +294,7 @@ def _task_dict(entry: Entry) -> dict[str, Any]:
         "priority": task.get("priority"),
         "interval": task.get("interval"),
         "single": task.get("single"),
-        "instances": [_instance_dict(e) for e in direct_entries(task, "task", entry.id)],
+        "instances": [_instance_dict(e) for e in direct_entries(task, "task", entry.id, steps=entry.steps)],
         "documentation": documentation_of(task) or None,
     }
 
@@ -363,7 +369,7 @@ def get_element(
         return _instance_dict(entry)
     if entry.kind == "type":
         return _type_dict(entry)
-    below = direct_entries(entry.element, entry.kind, entry.id)
+    below = direct_entries(entry.element, entry.kind, entry.id, steps=entry.steps)
     result: dict[str, Any] = {"id": entry.id, "kind": entry.kind, "name": entry.name}
     if entry.kind == "resource":
         result["tasks"] = [_summary(e) for e in below if e.kind == "task"]

@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 from channels.db import database_sync_to_async
+from django.utils import timezone
 
 from access.models import BROADCAST_GROUP
 from audit.models import AuditEvent, EventKind
 from confirmations import sealing
-from confirmations.models import ConfirmationState, PendingConfirmation
+from confirmations.models import CONFIRMATION_TRANSITIONS, ConfirmationState, PendingConfirmation
 from confirmations.services import do_deny_confirmation
 from forge_core.live import notify_streams
 from mcp_api import tasks
@@ -587,3 +588,12 @@ async def test_a_client_declaring_both_gets_a_task(cast):
     answer = result(await write(cast.operator.raw_token, {**TASKS, **URL_ELICITATION}))
 
     assert answer["resultType"] == "task"
+
+
+@pytest.mark.parametrize("state", ConfirmationState.values)
+def test_a_task_is_working_exactly_while_its_confirmation_can_still_move_and_purge_keeps_those(state):
+    confirmation = PendingConfirmation(state=state, expires_at=timezone.now(), outcome={"message": "done"})
+    can_move = state in CONFIRMATION_TRANSITIONS
+
+    assert (tasks._status(confirmation)[0] == "working") is can_move
+    assert (state in tasks.WORKING_STATES) is can_move

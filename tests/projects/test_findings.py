@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
+from projects import findings
 from projects.findings import LIBRARY_TYPES, SEVERITIES, Finding, check
 from projects.plcopen import tc6
 from projects.plcopen.documents import SCHEMA_PATH
@@ -815,3 +816,49 @@ def test_checking_some_pous_gives_the_whole_checks_findings_about_them_and_the_r
     assert some <= everything
     assert left_out and all(inside_second(f) for f in left_out)
     assert {f.code for f in left_out} == {"undeclared_identifier", "unused_variable"}
+
+
+def test_st_kept_in_a_pous_add_data_is_not_read():
+    kept = (
+        '<addData><data name="https://example.com/vendor" handleUnknown="discard">'
+        "<ST><xhtml:p><![CDATA[Ghost := 1;]]></xhtml:p></ST></data></addData>"
+    )
+    root = project(
+        pous=pou("Main", "program", section("localVars", var("x")), body=st("x := 1;")).replace(
+            "</pou>", f"{kept}</pou>"
+        ),
+        configurations=configuration(resources=resource(tasks=task("T", instance("i", "Main")))),
+    )
+    assert only(root, "undeclared_identifier") == []
+
+
+def test_a_checks_xpath_calls_do_not_grow_with_its_pous(monkeypatch):
+    """lxml lets go of the GIL twice on every XPath call, and each time a thread waiting for it wakes, finds it
+    taken again and starts its wait over: a check searches the whole document with XPath a fixed number of times
+    and walks each POU without it (the 50,000-variable project made 3,514 calls, 7,032 releases)."""
+    paths: list[str] = []
+    search = findings._xpath
+    monkeypatch.setattr(findings, "_xpath", lambda element, path: paths.append(path) or search(element, path))
+    sfc = (
+        '<body><SFC><step localId="1" name="Start" initialStep="true"><position x="0" y="0"/></step>'
+        '<transition localId="2"><position x="0" y="0"/><condition><inline name="c">'
+        "<ST><xhtml:p><![CDATA[Start.X]]></xhtml:p></ST></inline></condition></transition>"
+        "</SFC></body>"
+    )
+    actions = (
+        '<actions><action name="Act"><body><ST><xhtml:p><![CDATA[x := 1;]]></xhtml:p></ST></body></action></actions>'
+    )
+    mode = '<variable name="mode"><type><enum><values><value name="A"/></values></enum></type></variable>'
+
+    def calls(pous: int) -> int:
+        paths.clear()
+        sequences = "".join(
+            pou(f"Seq{n}", "functionBlock", section("localVars", var("x"), mode), body=sfc).replace(
+                "</interface>", "</interface>" + actions
+            )
+            for n in range(pous)
+        )
+        check(project(data_types=CLEAN_TYPES, pous=sequences + CLEAN_FB + CLEAN_MAIN))
+        return len(paths)
+
+    assert calls(1) == calls(10)
