@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict, Unpack
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, models, transaction
@@ -227,41 +227,31 @@ class DatabaseNodeStore:
 # --- appending -------------------------------------------------------------------------------------
 
 
-def record(
-    kind: EventKind | str,
-    *,
-    tool: str = "",
-    arguments: Mapping[str, Any] | None = None,
-    secret_keys: Iterable[str] = (),
-    outcome: str = "",
-    called_by: str = "",
-    session: str = "",
-    client_label: str = "",
-    project: str = "",
-    trace: Mapping[str, str] | None = None,
-) -> AuditEvent:
+class EventFields(TypedDict, total=False):
+    """What an audit event says besides its kind (`record()`'s keyword arguments)."""
+
+    tool: str
+    arguments: Mapping[str, Any] | None
+    secret_keys: Iterable[str]
+    outcome: str
+    called_by: str
+    session: str
+    client_label: str
+    project: str
+    trace: Mapping[str, str] | None
+
+
+def record(kind: EventKind | str, **fields: Unpack[EventFields]) -> AuditEvent:
     """Append one audit event; raises `AuditUnavailable` when it cannot, and returns only once it is committed.
 
-    `trace` is the W3C trace context the request carried (`mcp_api.tracing`, already validated and bounded):
-    kept as the arguments' `_meta` member after they are sanitized, so arguments large enough to be kept as
-    their digest do not lose it.
+    `arguments` are sanitized (`secret_keys` redacted, large values kept as their digest). `trace` is the W3C
+    trace context the request carried (`mcp_api.tracing`, already validated and bounded): kept as the arguments'
+    `_meta` member after they are sanitized, so arguments large enough to be kept as their digest do not lose it.
 
     Inside a transaction the row is appended in it, so it commits with what the caller changed or not at
     all. Outside one (a read-only tool call, a refusal) it is group-committed: rows that arrive together
     share one chain lock, one transaction and one mirror fsync (`_GroupCommit`)."""
-    if kind not in EVENT_KINDS:
-        raise ValueError(f"{kind!r} is not an audit event kind; add it to EventKind")
-    event = fastsql.built(
-        AuditEvent,
-        kind=str(kind),
-        tool=tool[:100],
-        arguments_json=canonical_json(_with_trace(sanitize(dict(arguments or {}), secret_keys=secret_keys), trace)),
-        outcome=outcome[:200],
-        called_by=called_by[:200],
-        session=session[:100],
-        client_label=client_label[:200],
-        project=project[:100],
-    )
+    event = _event(kind, fields)
     if not connection.in_atomic_block:
         return _GROUP.append(event)
     _append_in_transaction([event])
@@ -270,34 +260,35 @@ def record(
 
 def record_together(entries: Iterable[Mapping[str, Any]]) -> list[AuditEvent]:
     """Append several events of the caller's transaction as one batch, in this order, each given as `record()`'s
-    keyword arguments: the chain head read once under the lock, one INSERT of the rows and one of their tree nodes,
-    where each row alone takes all three (on PostgreSQL, round trips). Fail closed as `record()`: `AuditUnavailable`,
-    and the transaction must not commit. Outside a transaction each is recorded as `record()` records it."""
+    arguments (`kind` among them): the chain head read once under the lock, one INSERT of the rows and one of their
+    tree nodes, where each row alone takes all three (on PostgreSQL, round trips). Fail closed as `record()`:
+    `AuditUnavailable`, and the transaction must not commit. Outside a transaction each is recorded as `record()`
+    records it."""
     entries = list(entries)
     if not connection.in_atomic_block:
         return [record(**entry) for entry in entries]
-    events = []
-    for entry in entries:
-        kind = entry["kind"]
-        if kind not in EVENT_KINDS:
-            raise ValueError(f"{kind!r} is not an audit event kind; add it to EventKind")
-        sanitized = sanitize(dict(entry.get("arguments") or {}), secret_keys=entry.get("secret_keys", ()))
-        events.append(
-            fastsql.built(
-                AuditEvent,
-                kind=str(kind),
-                tool=entry.get("tool", "")[:100],
-                arguments_json=canonical_json(_with_trace(sanitized, entry.get("trace"))),
-                outcome=entry.get("outcome", "")[:200],
-                called_by=entry.get("called_by", "")[:200],
-                session=entry.get("session", "")[:100],
-                client_label=entry.get("client_label", "")[:200],
-                project=entry.get("project", "")[:100],
-            )
-        )
+    events = [_event(entry["kind"], entry) for entry in entries]
     if events:
         _append_in_transaction(events)
     return events
+
+
+def _event(kind: EventKind | str, fields: Mapping[str, Any]) -> AuditEvent:
+    """The event of `kind` that `fields` (`EventFields`) describe, sanitized and bounded, not appended yet."""
+    if kind not in EVENT_KINDS:
+        raise ValueError(f"{kind!r} is not an audit event kind; add it to EventKind")
+    arguments = sanitize(dict(fields.get("arguments") or {}), secret_keys=fields.get("secret_keys", ()))
+    return fastsql.built(
+        AuditEvent,
+        kind=str(kind),
+        tool=fields.get("tool", "")[:100],
+        arguments_json=canonical_json(_with_trace(arguments, fields.get("trace"))),
+        outcome=fields.get("outcome", "")[:200],
+        called_by=fields.get("called_by", "")[:200],
+        session=fields.get("session", "")[:100],
+        client_label=fields.get("client_label", "")[:200],
+        project=fields.get("project", "")[:100],
+    )
 
 
 def _with_trace(sanitized: dict[str, Any], trace: Mapping[str, str] | None) -> dict[str, Any]:
