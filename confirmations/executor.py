@@ -141,9 +141,17 @@ def audited_together() -> Iterator[None]:
     appended together as it ends, before the transaction commits (one batch: on PostgreSQL two round trips, where
     each row alone took two). Inside such a block already, that one appends them. Rows recorded directly in the
     block (the owning app's, when a change settles) are appended as they are made, so before the kept ones. A block
-    left by an exception appends nothing: its transaction rolls back."""
-    if _kept_rows.get() is not None:
-        yield
+    left by an exception appends nothing: its transaction rolls back. An inner block left by one drops what it kept
+    from the enclosing block's rows: its savepoint rolls back what they record (a caller may catch the exception and
+    commit the rest), or with none, the whole transaction fails."""
+    enclosing = _kept_rows.get()
+    if enclosing is not None:
+        mark = len(enclosing)
+        try:
+            yield
+        except BaseException:
+            del enclosing[mark:]
+            raise
         return
     rows: list[dict[str, Any]] = []
     token = _kept_rows.set(rows)

@@ -1,7 +1,9 @@
-"""`record_together`: several events of one transaction appended as one batch, in order, fail closed."""
+"""`record_together`: several events of one transaction appended as one batch, in order, fail closed; and
+`confirmations.executor.audited_together`, which gathers a contract move's rows for it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import pytest
@@ -10,6 +12,7 @@ from django.test.utils import CaptureQueriesContext
 
 from audit.models import AuditEvent, EventKind
 from audit.services import record, record_together
+from confirmations import executor
 from forge_core.errors import AuditUnavailable
 from tests.audit.helpers import audit_verify, mirror_lines
 
@@ -74,3 +77,15 @@ def test_when_the_batch_cannot_be_written_the_transaction_that_asked_commits_not
     assert AuditEvent.objects.count() == count
     cast.operator.user.refresh_from_db()
     assert cast.operator.user.first_name != "changed"
+
+
+def test_rows_kept_by_an_inner_block_that_rolls_back_to_its_savepoint_are_not_appended(mirror_path):
+    with transaction.atomic(), executor.audited_together():
+        executor.audit_row(**entries("the move that stays")[0])
+        with contextlib.suppress(RuntimeError), transaction.atomic(), executor.audited_together():
+            executor.audit_row(**entries("the move rolled back")[0])
+            raise RuntimeError("the inner move fails; its caller goes on")
+        executor.audit_row(**entries("the next move")[0])
+
+    assert [event.outcome for event in AuditEvent.objects.order_by("seq")] == ["the move that stays", "the next move"]
+    assert audit_verify().startswith("ok 2 events")
