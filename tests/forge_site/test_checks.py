@@ -25,7 +25,7 @@ FORGE_IDS = {
 }
 POSTGRESQL = "django.db.backends.postgresql"
 IN_MEMORY = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
-REDIS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": ["redis://x"]}}}
+REDIS = {"default": {"BACKEND": "forge_core.redis_layer.RedisChannelLayer", "CONFIG": {"hosts": ["redis://x"]}}}
 
 
 def forge_messages(*, deploy: bool = True) -> dict[str, str]:
