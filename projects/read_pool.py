@@ -138,6 +138,7 @@ class ReadPool:
                 self._available.wait()
             if self._stopped:
                 raise ReadProcessLost("the read processes are stopping")
+            self._forget_ended()
             slot = self._idle.pop(self._best_slot(fingerprint))
             if slot is None:
                 try:
@@ -148,6 +149,13 @@ class ReadPool:
                     raise ReadProcessLost(f"a read process could not be started ({exc.strerror})") from None
             self._busy.add(slot)
             return slot
+
+    def _forget_ended(self) -> None:
+        """Idle processes that have ended (killed while idle) become empty slots, not a read's lost attempt."""
+        for slot, process in enumerate(self._idle):
+            if process is not None and process.popen.poll() is not None:
+                process.end()
+                self._idle[slot] = None
 
     def _best_slot(self, fingerprint: str) -> int:
         """An idle process holding the document, else any running one, else a slot to start one in."""

@@ -223,6 +223,32 @@ def test_a_killed_read_process_is_replaced_and_the_read_answered(steps):
         read_pool.stop()
 
 
+# The first read process started dies on the first request it receives; the next is a real one.
+DIES_MID_READ_ONCE = """
+import os, sys
+from multiprocessing.connection import Connection
+marker, fd = sys.argv[1], sys.argv[2]
+if os.path.exists(marker):
+    os.execv(sys.executable, [sys.executable, "-m", "projects.read_process", fd])
+open(marker, "w").close()
+Connection(int(fd)).recv_bytes()
+os._exit(1)
+"""
+
+
+def test_a_read_process_that_dies_mid_read_is_replaced_and_the_read_answered_by_the_next(steps, tmp_path, monkeypatch):
+    marker = tmp_path / "died-once"
+    monkeypatch.setattr(read_pool, "COMMAND", [sys.executable, "-c", DIES_MID_READ_ONCE, str(marker)])
+    read_pool.start(1)
+    try:
+        answer = reads.check(steps, limit=5, offset=0)
+    finally:
+        read_pool.stop()
+
+    assert marker.exists()
+    assert answer == reads.check(steps, limit=5, offset=0)
+
+
 def test_a_read_whose_processes_die_twice_is_a_refusal_and_nothing_is_recorded(steps, root, monkeypatch):
     # A process that exits as soon as it starts: each attempt finds its socket closed.
     monkeypatch.setattr(read_pool, "COMMAND", [sys.executable, "-c", "pass"])
