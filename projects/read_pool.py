@@ -125,8 +125,11 @@ class ReadPool:
             except (EOFError, OSError):
                 self._lose(process)
                 continue
+            except (LookupError, ValueError, ReadFailed):
+                self._give_back(process)  # answered: the read's own refusal, the process ready for the next
+                raise
             except BaseException:
-                self._give_back(process)
+                self._lose(process)  # left mid-exchange: what it sends next would answer this read
                 raise
             self._give_back(process)
             return content
