@@ -52,13 +52,17 @@ class ReadProcess:
     def __init__(self) -> None:
         server_end, process_end = socket.socketpair()
         with process_end:
-            self.popen = subprocess.Popen(
-                [*COMMAND, str(process_end.fileno())],
-                pass_fds=(process_end.fileno(),),
-                cwd=SOURCE_ROOT,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-            )
+            try:
+                self.popen = subprocess.Popen(
+                    [*COMMAND, str(process_end.fileno())],
+                    pass_fds=(process_end.fileno(),),
+                    cwd=SOURCE_ROOT,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                )
+            except OSError:
+                server_end.close()
+                raise
         self.connection = Connection(server_end.detach())
         # The fingerprints it holds, as far as the server knows: its cache sees the same requests in the same
         # order. Only a hint of whether to send the bytes at once; a "missing" reply corrects it.
@@ -104,10 +108,8 @@ class ReadPool:
     """`size` read processes, each lent to one read at a time."""
 
     def __init__(self, size: int) -> None:
-        self.size = size
         # Idle slots; None is a slot whose process is not running (not started yet, or lost and not replaced).
         self._idle: list[ReadProcess | None] = [None] * size
-        self._busy: set[ReadProcess] = set()
         self._available = threading.Condition()
         self._stopped = False
 
@@ -150,7 +152,6 @@ class ReadPool:
                     self._idle.append(None)
                     self._available.notify()
                     raise ReadProcessLost(f"a read process could not be started ({exc.strerror})") from None
-            self._busy.add(slot)
             return slot
 
     def _forget_ended(self) -> None:
@@ -163,24 +164,22 @@ class ReadPool:
     def _best_slot(self, fingerprint: str) -> int:
         """An idle process holding the document, else any running one, else a slot to start one in."""
         running = [i for i, process in enumerate(self._idle) if process is not None]
-        holding = [i for i in running if fingerprint in self._idle[i].held]  # type: ignore[union-attr]
+        holding = [i for i, process in enumerate(self._idle) if process is not None and fingerprint in process.held]
         return (holding or running or [0])[-1]
 
     def _give_back(self, process: ReadProcess) -> None:
         with self._available:
-            self._busy.discard(process)
-            if self._stopped:
-                process.end()
+            if not self._stopped:
+                self._idle.append(process)
+                self._available.notify()
                 return
-            self._idle.append(process)
-            self._available.notify()
+        process.end()
 
     def _lose(self, process: ReadProcess) -> None:
         """A process that stopped answering: end what is left of it; the next read of its slot starts another."""
         process.popen.kill()
         process.end()
         with self._available:
-            self._busy.discard(process)
             if not self._stopped:
                 self._idle.append(None)
             self._available.notify()
