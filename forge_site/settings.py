@@ -168,6 +168,11 @@ FORGE_GIL_SWITCH_MS = envfloat("FORGE_GIL_SWITCH_MS", 0.2, minimum=0.05)
 # section 14).
 FORGE_GC_YOUNG_OBJECTS = envint("FORGE_GC_YOUNG_OBJECTS", 5000, minimum=100)
 
+# Processes in which `runmcp` computes the accepted view's project reads (projects.read_pool), so a check of a
+# large project does not hold the server's GIL while other clients wait; each costs an interpreter (about 27 MB)
+# plus the documents it has parsed (up to eight). A read finding every one busy waits for one. 0: in process.
+FORGE_READ_PROCESSES = envint("FORGE_READ_PROCESSES", 2, minimum=0)
+
 REDIS_URL = envstr("REDIS_URL", "")
 CHANNEL_LAYERS: dict[str, dict[str, Any]]
 if REDIS_URL:

@@ -24,7 +24,7 @@ from mcp_api.jsonrpc import METHOD_NOT_FOUND, RpcError
 from mcp_api.protocol import SERVER_VERSION
 from mcp_api.revisions import negotiate
 from mcp_api.tools.common import read
-from projects import placement, reads
+from projects import document_reads, placement, reads
 from projects.plcopen import documents, queries, tc6
 from projects.services import ProjectRefused, checked_document, clean_slug
 
@@ -137,9 +137,9 @@ def _offline_read(project: OfflineProject, name: str, args: Any) -> dict[str, An
             document, scope=args.scope, section=args.section, limit=args.limit, cursor=args.cursor
         )
     elif name == "project.check":
-        query = reads.check_page(document, limit=args.limit, offset=args.offset)
+        query = document_reads.check_page(document, limit=args.limit, offset=args.offset)
     elif name == "project.export":
-        query = reads.export_page(document, offset=args.offset)
+        query = document_reads.export_page(document, offset=args.offset)
     else:
         query = placement.suggest_placement(document, args.topic, args.limit)
     return {**project.frame(), **query}

@@ -3,33 +3,30 @@
 These are what the MCP read tools call. Every response says which view it shows (`accepted` until the
 working draft exists), which project, and the accepted revision, so a client can tell whether two
 answers describe the same state. Limits and cursors are those of `projects.plcopen`.
+
+The content of an answer is a pure function of the document (`projects.document_reads`). In the accepted
+view, when `runmcp` has started read processes (`projects.read_pool`), the server only reads and
+fingerprints the file and a read process parses it and computes the content, so a check of a large project
+does not hold the server's GIL. The working draft's reads run in process: the draft's document is the one
+its stage calls edit here, and sending it would cost a serialization as long as most reads.
 """
 
 from __future__ import annotations
 
-import weakref
-from dataclasses import dataclass
 from typing import Any
 
-from projects import drafts, findings, placement
+from projects import drafts, read_pool, services
+from projects.document_reads import EXPORT_CHUNK, READS
 from projects.models import Project
-from projects.plcopen import documents, queries
-from projects.services import current_document
+from projects.plcopen import documents
+from projects.plcopen.elements import ElementNotFound
 
-EXPORT_CHUNK = 32_000
 ACCEPTED = "accepted"
 WORKING_DRAFT = "working_draft"
 
 
-@dataclass(frozen=True)
-class Viewed:
-    """A project's document in one view, and the frame every answer about it carries."""
-
-    document: documents.ProjectDocument
-    frame: dict[str, Any]
-
-
-def _opened(project: Project, view: str) -> Viewed:
+def _read(project: Project, view: str, name: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """Read `name` of the project in `view`, framed with the view and revisions it describes."""
     if view == WORKING_DRAFT:
         materialized = drafts.current(project)
         draft = materialized.draft
@@ -39,86 +36,59 @@ def _opened(project: Project, view: str) -> Viewed:
             "accepted_revision": draft.base_revision,
             "working_revision": draft.working_revision,
         }
-        return Viewed(materialized.document, frame)
-    opened = current_document(project)
-    frame = {"view": "accepted", "project": opened.project.slug, "accepted_revision": opened.project.accepted_revision}
-    return Viewed(opened.document, frame)
+        return {**frame, **READS[name](materialized.document, *args, **kwargs)}
+    pool = read_pool.running()
+    if pool is None:
+        opened = services.current_document(project)
+        project, content = opened.project, READS[name](opened.document, *args, **kwargs)
+    else:
+        project, content = _read_in_pool(pool, project, name, *args, **kwargs)
+    return {"view": ACCEPTED, "project": project.slug, "accepted_revision": project.accepted_revision, **content}
 
 
-def _framed(opened: Viewed, content: dict[str, Any]) -> dict[str, Any]:
-    return {**opened.frame, **content}
+def _read_in_pool(
+    pool: read_pool.ReadPool, project: Project, name: str, *args: Any, **kwargs: Any
+) -> tuple[Project, dict[str, Any]]:
+    """The accepted project and the read's content, computed in a read process (in the order `current_document`
+    keeps: a file that does not parse is refused unrecorded; one that does is recorded whatever the read says)."""
+    file = services.read_file(project)
+    try:
+        content = pool.run(file.fingerprint, file.data, name, *args, **kwargs)
+    except documents.ProjectFormatError as exc:
+        raise services.not_a_project(project, exc) from None
+    except read_pool.ReadProcessLost as exc:
+        raise services.ProjectUnavailable(f"{exc}; ask again") from None
+    except (ElementNotFound, ValueError):
+        services.accepted(project, file.fingerprint)
+        raise
+    return services.accepted(project, file.fingerprint), content
 
 
 def overview(project: Project, view: str = ACCEPTED) -> dict[str, Any]:
-    opened = _opened(project, view)
-    return _framed(opened, queries.overview(opened.document))
+    return _read(project, view, "overview")
 
 
 def find(project: Project, view: str = ACCEPTED, **query: Any) -> dict[str, Any]:
-    opened = _opened(project, view)
-    return _framed(opened, queries.find(opened.document, **query))
+    return _read(project, view, "find", **query)
 
 
 def get_element(project: Project, element_id: str, view: str = ACCEPTED, **options: Any) -> dict[str, Any]:
-    opened = _opened(project, view)
-    return _framed(opened, queries.get_element(opened.document, element_id, **options))
+    return _read(project, view, "get_element", element_id, **options)
 
 
 def list_variables(project: Project, view: str = ACCEPTED, **query: Any) -> dict[str, Any]:
-    opened = _opened(project, view)
-    return _framed(opened, queries.list_variables(opened.document, **query))
+    return _read(project, view, "list_variables", **query)
 
 
 def check(project: Project, *, limit: int, offset: int, view: str = ACCEPTED) -> dict[str, Any]:
     """Schema errors and findings of the accepted project, problems first."""
-    opened = _opened(project, view)
-    return _framed(opened, check_page(opened.document, limit=limit, offset=offset))
-
-
-def check_page(document: documents.ProjectDocument, *, limit: int, offset: int) -> dict[str, Any]:
-    """One page of a document's findings with the counts of all of them (what `check` frames)."""
-    found = findings.document_findings(document)
-    page = found[offset : offset + limit]
-    content: dict[str, Any] = {
-        "counts": {
-            "problem": sum(f["severity"] == "problem" for f in found),
-            "advisory": sum(f["severity"] == "advisory" for f in found),
-        },
-        "findings": page,
-    }
-    if offset + limit < len(found):
-        content["next_offset"] = offset + limit
-    return content
-
-
-# Each parsed document's text, made once: a client reads a large project in many chunks, and serializing
-# it whole for each one cost 0.1 s a chunk on a 50,000-variable project. The documents a view opens are
-# the process's cached ones, which nothing modifies, and their text goes with them.
-_texts: weakref.WeakKeyDictionary[documents.ProjectDocument, str] = weakref.WeakKeyDictionary()
-
-
-def _text(document: documents.ProjectDocument) -> str:
-    text = _texts.get(document)
-    if text is None:
-        text = _texts[document] = documents.serialize(document).decode(document.encoding)
-    return text
+    return _read(project, view, "check", limit=limit, offset=offset)
 
 
 def export(project: Project, *, offset: int, limit: int = EXPORT_CHUNK, view: str = ACCEPTED) -> dict[str, Any]:
     """The project's XML, in chunks: an unbounded answer would spend a client's whole context."""
-    opened = _opened(project, view)
-    return _framed(opened, export_page(opened.document, offset=offset, limit=limit))
-
-
-def export_page(document: documents.ProjectDocument, *, offset: int, limit: int = EXPORT_CHUNK) -> dict[str, Any]:
-    """One chunk of a document's XML (what `export` frames)."""
-    text = _text(document)
-    content: dict[str, Any] = {"length": len(text), "offset": offset, "xml": text[offset : offset + limit]}
-    if offset + limit < len(text):
-        content["next_offset"] = offset + limit
-    return content
+    return _read(project, view, "export", offset=offset, limit=limit)
 
 
 def suggest_placement(project: Project, topic: str, *, limit: int, view: str = ACCEPTED) -> dict[str, Any]:
-    opened = _opened(project, view)
-    return _framed(opened, placement.suggest_placement(opened.document, topic, limit))
+    return _read(project, view, "suggest_placement", topic, limit)

@@ -124,8 +124,16 @@ def project_path(project: Project) -> Path:
     return inside_root(project.path)
 
 
-def current_document(project: Project) -> Opened:
-    """The project as its file is now; an external change is recorded first (new accepted revision)."""
+@dataclass(frozen=True)
+class ProjectFile:
+    """A project file's bytes as read now, and their fingerprint."""
+
+    data: bytes
+    fingerprint: str
+
+
+def read_file(project: Project) -> ProjectFile:
+    """The project's file as it is now, not parsed; ProjectUnavailable if it cannot be read."""
     try:
         data = project_path(project).read_bytes()
     except OSError as exc:
@@ -133,18 +141,33 @@ def current_document(project: Project) -> Opened:
             f"the file of project {project.slug} cannot be read ({exc.strerror}); an operator must restore "
             f"{project.path} under the projects root"
         ) from None
-    fingerprint = documents.fingerprint(data)
-    try:
-        document = _cached(fingerprint, data)
-    except documents.ProjectFormatError as exc:
-        # Not recorded as a new revision: a file no tool can read is not an accepted state.
-        raise ProjectUnavailable(
-            f"the file of project {project.slug} was changed by another tool and is no longer a PLCopen "
-            f"project ({exc}); fix or restore {project.path}"
-        ) from None
+    return ProjectFile(data, documents.fingerprint(data))
+
+
+def not_a_project(project: Project, exc: documents.ProjectFormatError) -> ProjectUnavailable:
+    """What a read says of a file that no longer parses (not recorded as a revision: no tool can read it)."""
+    return ProjectUnavailable(
+        f"the file of project {project.slug} was changed by another tool and is no longer a PLCopen "
+        f"project ({exc}); fix or restore {project.path}"
+    )
+
+
+def accepted(project: Project, fingerprint: str) -> Project:
+    """The project with the file of this fingerprint, which parsed, as its accepted state: an external change
+    is recorded first (new accepted revision)."""
     if fingerprint != project.fingerprint:
-        project = do_record_external_change(project, fingerprint)
-    return Opened(project=project, document=document)
+        return do_record_external_change(project, fingerprint)
+    return project
+
+
+def current_document(project: Project) -> Opened:
+    """The project as its file is now; an external change is recorded first (new accepted revision)."""
+    file = read_file(project)
+    try:
+        document = _cached(file.fingerprint, file.data)
+    except documents.ProjectFormatError as exc:
+        raise not_a_project(project, exc) from None
+    return Opened(project=accepted(project, file.fingerprint), document=document)
 
 
 def do_record_external_change(project: Project, fingerprint: str) -> Project:

@@ -12,7 +12,7 @@ from channels.db import database_sync_to_async
 
 from audit.models import AuditEvent, EventKind
 from mcp_api.jsonrpc import INVALID_PARAMS
-from projects import reads
+from projects import document_reads
 from projects.models import Project
 from projects.plcopen import documents, paging, tc6
 from projects.services import do_import_project
@@ -387,7 +387,7 @@ async def test_export_chunks_followed_by_next_offset_concatenate_to_the_exact_fi
 
 
 async def test_a_project_read_in_chunks_is_serialized_once(cast, crlf_fixture, monkeypatch):
-    reads._texts.clear()  # as a new process starts
+    document_reads._texts.clear()  # as a new process starts
     made = []
     serialize = documents.serialize
     monkeypatch.setattr(documents, "serialize", lambda document: made.append(document) or serialize(document))

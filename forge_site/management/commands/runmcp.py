@@ -42,7 +42,7 @@ from forge_core.errors import AuditUnavailable, Refusal
 from forge_core.live import mark_outside_server
 from mcp_api.resource_updates import prune_ended
 from mcp_api.tasks import purge_expired as purge_expired_tasks
-from projects import writers
+from projects import read_pool, writers
 
 logger = logging.getLogger("forge.server")
 EXPIRY_SWEEP_SECONDS = 2.0
@@ -269,6 +269,8 @@ class Command(BaseCommand):
                 f"{', '.join(certificate.names) or certificate.certificate.subject.rfc4514_string()}"
             )
 
+        # The accepted view's project reads, computed outside this interpreter (ended in `finally` below).
+        read_pool.start(settings.FORGE_READ_PROCESSES)
         stop = threading.Event()
         # Tasks on the server's loop (the outbox follower, the roster watcher), held so they are not collected.
         following: list[asyncio.Task] = []
@@ -298,6 +300,7 @@ class Command(BaseCommand):
                 ).run()
         finally:
             stop.set()
+            read_pool.stop()
             instances.withdraw(settings.FORGE_DATA_DIR)
 
 
