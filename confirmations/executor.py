@@ -37,7 +37,7 @@ from functools import cache
 from typing import Any
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, IntegrityError, connection, transaction
 from django.db.models import Field, Model, QuerySet
 from django.utils import timezone
 from django.utils.module_loading import import_string
@@ -207,7 +207,9 @@ def _append_event(contract: Contract, from_state: str, actor: str, reason: str, 
         prev_mac=previous,
     )
     event.mac = sealing.mac(event.mac_parts())
-    event.save()
+    sql, fields = _event_insert_sql()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [field.get_db_prep_save(field.pre_save(event, True), connection) for field in fields])
     arguments = {"from": from_state, "to": contract.state, "version": contract.version, "reason": reason}
     record_contract_event(contract, arguments, outcome=contract.state, actor=actor)
     return event.mac
@@ -266,6 +268,42 @@ def _reserve_sql() -> tuple[str, list[Field[Any, Any]]]:
     return sql, fields
 
 
+# A move's writes are the same statements at every move: written once (`_event_insert_sql`, `_update_sql`) and
+# sent through Django's cursor with the values the ORM would send (each field's `pre_save` and `get_db_prep_save`),
+# where `save()` compiled them anew each time. Contracts and their events have no signal receivers to skip.
+
+
+@cache
+def _event_insert_sql() -> tuple[str, list[Field[Any, Any]]]:
+    """The insert of a contract event (its id left to the database), with its fields in column order."""
+    fields = [field for field in ContractEvent._meta.concrete_fields if not field.primary_key]
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(field.column) for field in fields)
+    marks = ", ".join(["%s"] * len(fields))
+    return f"INSERT INTO {quote(ContractEvent._meta.db_table)} ({columns}) VALUES ({marks})", fields
+
+
+@cache
+def _update_sql(names: tuple[str, ...]) -> tuple[str, list[Field[Any, Any]]]:
+    """The update of these fields of one contract, by its id, with the fields in the order of their placeholders."""
+    fields = [field for name in names if isinstance(field := Contract._meta.get_field(name), Field)]
+    quote = connection.ops.quote_name
+    assignments = ", ".join(f"{quote(field.column)} = %s" for field in fields)
+    table, key = quote(Contract._meta.db_table), quote(Contract._meta.pk.column)
+    return f"UPDATE {table} SET {assignments} WHERE {key} = %s", fields
+
+
+def _save_move(contract: Contract, names: tuple[str, ...]) -> None:
+    """`contract.save(update_fields=names)`, as its statement written once; refused as `save()` refuses it when the
+    record is gone."""
+    sql, fields = _update_sql(names)
+    values = [field.get_db_prep_save(field.pre_save(contract, False), connection) for field in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*values, Contract._meta.pk.get_db_prep_value(contract.pk, connection)])
+        if cursor.rowcount != 1:
+            raise DatabaseError("Save with update_fields did not affect any rows.")
+
+
 def transition(
     contract: Contract,
     to: str,
@@ -313,7 +351,7 @@ def transition(
         current.detail = reason[:200]
         current.mac = sealing.mac(current.mac_parts())
         # Only what the step changes: the sealed target, intent and snapshot stay as they are on disk.
-        current.save(update_fields=["state", "version", "updated_at", "detail", "mac", *(changes or {})])
+        _save_move(current, ("state", "version", "updated_at", "detail", "mac", *(changes or {})))
         if to in RESERVING_STATES:
             _reserve(current)
         elif from_state in RESERVING_STATES:
