@@ -30,21 +30,20 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager, nullcontext
-from contextvars import ContextVar
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
 from functools import cache
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
-from django.db.models import Field
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, IntegrityError, connection, transaction
+from django.db.models import Field, Model, QuerySet
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from audit.models import EventKind
-from audit.services import record, record_together
+from audit.together import audit_row, audited_together
 from caretaker.fingerprint import normalize_typed_id
 from confirmations import sealing
 from confirmations.models import (
@@ -129,50 +128,45 @@ def executor_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-# --- audit rows of one transaction, appended together ----------------------------------------------
-
-# The audit rows kept by the innermost `audited_together` block under way; None outside one.
-_kept_rows: ContextVar[list[dict[str, Any]] | None] = ContextVar("kept_audit_rows", default=None)
-
-
-@contextmanager
-def audited_together() -> Iterator[None]:
-    """Inside a transaction: the contract's and the confirmation's audit rows made in the block (`audit_row`) are
-    appended together as it ends, before the transaction commits (one batch: on PostgreSQL two round trips, where
-    each row alone took two). Inside such a block already, that one appends them. Rows recorded directly in the
-    block (the owning app's, when a change settles) are appended as they are made, so before the kept ones. A block
-    left by an exception appends nothing: its transaction rolls back. An inner block left by one drops what it kept
-    from the enclosing block's rows: its savepoint rolls back what they record (a caller may catch the exception and
-    commit the rest), or with none, the whole transaction fails."""
-    enclosing = _kept_rows.get()
-    if enclosing is not None:
-        mark = len(enclosing)
-        try:
-            yield
-        except BaseException:
-            del enclosing[mark:]
-            raise
-        return
-    rows: list[dict[str, Any]] = []
-    token = _kept_rows.set(rows)
-    try:
-        yield
-    finally:
-        _kept_rows.reset(token)
-    record_together(rows)
-
-
-def audit_row(**entry: Any) -> None:
-    """An audit row (`record()`'s keyword arguments): kept for the enclosing `audited_together` block, or recorded
-    now outside one."""
-    kept = _kept_rows.get()
-    if kept is None:
-        record(**entry)
-    else:
-        kept.append(entry)
-
-
 # --- loading and the one transition function ------------------------------------------------------
+
+
+class _PreparedRead:
+    """A read of whole records by a contract's id that every move makes (its record locked, its event chain),
+    compiled by the ORM once and then sent as that SQL with the id: compiling it again at every move cost more than
+    its round trip. The rows become records as the ORM makes them (its converters, then `from_db`), through Django's
+    cursor, so query capture and execute wrappers see the read as any other."""
+
+    def __init__(self, queryset_of: Callable[[Any], QuerySet[Any]]) -> None:
+        self._queryset_of = queryset_of
+        self._compiled: tuple[type[Model], str, list[str], list[tuple[int, tuple[list[Any], Any]]]] | None = None
+
+    def __call__(self, contract_id: Any) -> list[Any]:
+        if self._compiled is None:
+            # Compiled with the first id; only the SQL (its placeholder) is kept, never that id.
+            queryset = self._queryset_of(contract_id)
+            compiler = queryset.query.get_compiler(DEFAULT_DB_ALIAS)
+            sql, _params = compiler.as_sql()
+            columns = [column for column, _sql, _alias in compiler.select]
+            converters = list(compiler.get_converters(columns).items())
+            self._compiled = queryset.model, sql, [column.target.attname for column in columns], converters
+        model, sql, attnames, converters = self._compiled
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [Contract._meta.pk.get_db_prep_value(contract_id, connection)])
+            rows = cursor.fetchall()
+        found = []
+        for row in map(list, rows):
+            for position, (convert, column) in converters:
+                for converter in convert:
+                    row[position] = converter(row[position], column, connection)
+            found.append(model.from_db(DEFAULT_DB_ALIAS, attnames, row))
+        return found
+
+
+_locked_record = _PreparedRead(lambda contract_id: Contract.objects.select_for_update().filter(pk=contract_id))
+_event_chain = _PreparedRead(
+    lambda contract_id: ContractEvent.objects.filter(contract_id=contract_id).order_by("version")
+)
 
 
 def load(contract_id: Any, *, for_update: bool = False) -> Contract:
@@ -188,7 +182,7 @@ def verify(contract: Contract) -> str:
     event's MAC, which the next event chains to."""
     sealing.check_mac(contract.mac_parts(), contract.mac, f"contract {contract.id}")
     previous = ""
-    events = list(ContractEvent.objects.filter(contract=contract).order_by("version"))
+    events = _event_chain(contract.pk)
     for expected_version, event in enumerate(events, start=1):
         if event.version != expected_version or event.prev_mac != previous:
             raise sealing.ContractTampered(f"the event chain of contract {contract.id} is broken at {expected_version}")
@@ -213,7 +207,9 @@ def _append_event(contract: Contract, from_state: str, actor: str, reason: str, 
         prev_mac=previous,
     )
     event.mac = sealing.mac(event.mac_parts())
-    event.save()
+    sql, fields = _event_insert_sql()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [field.get_db_prep_save(field.pre_save(event, True), connection) for field in fields])
     arguments = {"from": from_state, "to": contract.state, "version": contract.version, "reason": reason}
     record_contract_event(contract, arguments, outcome=contract.state, actor=actor)
     return event.mac
@@ -272,6 +268,42 @@ def _reserve_sql() -> tuple[str, list[Field[Any, Any]]]:
     return sql, fields
 
 
+# A move's writes are the same statements at every move: written once (`_event_insert_sql`, `_update_sql`) and
+# sent through Django's cursor with the values the ORM would send (each field's `pre_save` and `get_db_prep_save`),
+# where `save()` compiled them anew each time. Contracts and their events have no signal receivers to skip.
+
+
+@cache
+def _event_insert_sql() -> tuple[str, list[Field[Any, Any]]]:
+    """The insert of a contract event (its id left to the database), with its fields in column order."""
+    fields = [field for field in ContractEvent._meta.concrete_fields if not field.primary_key]
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(field.column) for field in fields)
+    marks = ", ".join(["%s"] * len(fields))
+    return f"INSERT INTO {quote(ContractEvent._meta.db_table)} ({columns}) VALUES ({marks})", fields
+
+
+@cache
+def _update_sql(names: tuple[str, ...]) -> tuple[str, list[Field[Any, Any]]]:
+    """The update of these fields of one contract, by its id, with the fields in the order of their placeholders."""
+    fields = [field for name in names if isinstance(field := Contract._meta.get_field(name), Field)]
+    quote = connection.ops.quote_name
+    assignments = ", ".join(f"{quote(field.column)} = %s" for field in fields)
+    table, key = quote(Contract._meta.db_table), quote(Contract._meta.pk.column)
+    return f"UPDATE {table} SET {assignments} WHERE {key} = %s", fields
+
+
+def _save_move(contract: Contract, names: tuple[str, ...]) -> None:
+    """`contract.save(update_fields=names)`, as its statement written once; refused as `save()` refuses it when the
+    record is gone."""
+    sql, fields = _update_sql(names)
+    values = [field.get_db_prep_save(field.pre_save(contract, False), connection) for field in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*values, Contract._meta.pk.get_db_prep_value(contract.pk, connection)])
+        if cursor.rowcount != 1:
+            raise DatabaseError("Save with update_fields did not affect any rows.")
+
+
 def transition(
     contract: Contract,
     to: str,
@@ -295,7 +327,10 @@ def transition(
         if recorded:
             current, previous = copy.copy(contract), recorded
         else:
-            current = Contract.objects.select_for_update().get(pk=contract.pk)
+            locked = _locked_record(contract.pk)
+            if not locked:
+                raise Contract.DoesNotExist(f"there is no contract {contract.pk}")
+            current = locked[0]
             # The whole chain, under the row lock: one read of its few events, as reading only the last would be.
             previous = verify(current)
         if check is not None:
@@ -316,7 +351,7 @@ def transition(
         current.detail = reason[:200]
         current.mac = sealing.mac(current.mac_parts())
         # Only what the step changes: the sealed target, intent and snapshot stay as they are on disk.
-        current.save(update_fields=["state", "version", "updated_at", "detail", "mac", *(changes or {})])
+        _save_move(current, ("state", "version", "updated_at", "detail", "mac", *(changes or {})))
         if to in RESERVING_STATES:
             _reserve(current)
         elif from_state in RESERVING_STATES:

@@ -25,9 +25,11 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Q, QuerySet
+from django.db.models.signals import post_save
 from django.utils import timezone
 
 from audit.models import EventKind
+from audit.together import audit_row
 from caretaker.fingerprint import normalize_typed_id
 from confirmations import executor, sealing
 from confirmations.models import (
@@ -36,6 +38,7 @@ from confirmations.models import (
     Contract,
     ContractState,
     PendingConfirmation,
+    TransitionRefused,
 )
 from forge_core import rights
 from forge_core.canonical import canonical_json
@@ -127,7 +130,7 @@ def do_create_confirmation(
 
 
 def _audit(confirmation: PendingConfirmation, kind: str, outcome: str, *, called_by: str) -> None:
-    executor.audit_row(
+    audit_row(
         kind=kind,
         tool=confirmation.tool,
         arguments={
@@ -461,26 +464,41 @@ def _carry_out(confirmation: PendingConfirmation, actor: str) -> PendingConfirma
 
 def _executed(confirmation: PendingConfirmation, contract: Contract, settled: Mapping[str, Any]) -> PendingConfirmation:
     """Inside the contract's VERIFIED transaction: the confirmation is executed, with its result. The move is
-    checked against its state as stored, locked (a recovery may have settled it meanwhile); the rest is the record
-    in hand, the approved one whose decision seal was checked, returned with the contract it was carried out
+    checked against its state as stored (a recovery may have settled it meanwhile): one UPDATE that moves it only
+    from approved, which on PostgreSQL waits for a concurrent move's lock and then sees its state; the rest is the
+    record in hand, the approved one whose decision seal was checked, returned with the contract it was carried out
     under."""
-    locked = copy.copy(confirmation)
-    locked.state = (
-        PendingConfirmation.objects.select_for_update().filter(pk=confirmation.pk).values_list("state", flat=True).get()
-    )
-    PendingConfirmation.contract.related.set_cached_value(locked, contract)
+    executed = copy.copy(confirmation)
+    PendingConfirmation.contract.related.set_cached_value(executed, contract)
     outcome = {
         "state": C.EXECUTED,
         "result": {
-            **locked.preview.get("result", {}),
+            **executed.preview.get("result", {}),
             **settled,
             "contract": str(contract.id),
             "contract_memorable_id": contract.memorable_id,
         },
     }
-    _move(locked, C.EXECUTED, finished_at=timezone.now(), outcome=outcome)
-    _audit(locked, EventKind.CONFIRMATION_DECIDED, C.EXECUTED, called_by="executor")
-    return locked
+    changes = {"state": C.EXECUTED, "finished_at": timezone.now(), "outcome": outcome}
+    stored = PendingConfirmation.objects.filter(pk=confirmation.pk)
+    if not stored.filter(state=C.APPROVED).update(**changes):
+        # Refused as `_move` refuses it (only the refusal reads the state it found).
+        PendingConfirmation.check_transition(stored.values_list("state", flat=True).get(), C.EXECUTED)
+        raise TransitionRefused(f"confirmation {confirmation.id} left approved while it was executed")
+    for name, value in changes.items():
+        setattr(executed, name, value)
+    # What `_move`'s save would send, which an UPDATE does not: the approval task announces the outcome on it.
+    post_save.send(
+        sender=PendingConfirmation,
+        instance=executed,
+        created=False,
+        update_fields=frozenset(changes),
+        raw=False,
+        using=stored.db,
+    )
+    _announce(executed)
+    _audit(executed, EventKind.CONFIRMATION_DECIDED, C.EXECUTED, called_by="executor")
+    return executed
 
 
 def _finish(

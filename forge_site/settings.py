@@ -189,7 +189,8 @@ else:
 AUTHENTICATION_BACKENDS = [
     # First: a name or address that is locked out is refused before any password is checked.
     "axes.backends.AxesStandaloneBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    # Django's model permissions, read in one statement instead of two (access/backends.py).
+    "access.backends.ModelPermissions",
     "guardian.backends.ObjectPermissionBackend",
 ]
 AUTH_PASSWORD_VALIDATORS = [

@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from audit.models import EventKind
 from audit.services import record
+from audit.together import audit_row
 from forge_core.errors import Refusal
 from forge_core.live import notify_console
 from projects import findings, operations, review_diff
@@ -739,8 +740,9 @@ def do_settle_accepted(slug: str, intent: Mapping[str, Any], *, actor: str) -> N
     continued = set(
         StagedOperation.objects.filter(group__in=groups, batch_revision__gt=written).values_list("group_id", flat=True)
     )
-    record(
-        EventKind.DRAFT_ACCEPTED,
+    # Kept for the VERIFIED transaction's batch of audit rows, after the contract's and the project's.
+    audit_row(
+        kind=EventKind.DRAFT_ACCEPTED,
         arguments={
             "draft_revision": intent.get("draft_revision"),
             "operations": len(intent.get("operations", [])),

@@ -1,5 +1,5 @@
 """`record_together`: several events of one transaction appended as one batch, in order, fail closed; and
-`confirmations.executor.audited_together`, which gathers a contract move's rows for it."""
+`audit.together.audited_together`, which gathers a contract move's rows for it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 
 from audit.models import AuditEvent, EventKind
 from audit.services import record, record_together
-from confirmations import executor
+from audit.together import audit_row, audited_together
 from forge_core.errors import AuditUnavailable
 from tests.audit.helpers import audit_verify, mirror_lines
 
@@ -80,12 +80,12 @@ def test_when_the_batch_cannot_be_written_the_transaction_that_asked_commits_not
 
 
 def test_rows_kept_by_an_inner_block_that_rolls_back_to_its_savepoint_are_not_appended(mirror_path):
-    with transaction.atomic(), executor.audited_together():
-        executor.audit_row(**entries("the move that stays")[0])
-        with contextlib.suppress(RuntimeError), transaction.atomic(), executor.audited_together():
-            executor.audit_row(**entries("the move rolled back")[0])
+    with transaction.atomic(), audited_together():
+        audit_row(**entries("the move that stays")[0])
+        with contextlib.suppress(RuntimeError), transaction.atomic(), audited_together():
+            audit_row(**entries("the move rolled back")[0])
             raise RuntimeError("the inner move fails; its caller goes on")
-        executor.audit_row(**entries("the next move")[0])
+        audit_row(**entries("the next move")[0])
 
     assert [event.outcome for event in AuditEvent.objects.order_by("seq")] == ["the move that stays", "the next move"]
     assert audit_verify().startswith("ok 2 events")

@@ -19,15 +19,15 @@ from confirmations.services import do_approve_confirmation
 from tests.confirmations.operator_helpers import ask
 from tests.conftest import Cast
 
-# The decision 9 (one transaction: the locked record, the project's row read once for the decider's rights and the
-# decider's two permission reads, the move and its audit row), the decision seal read back 1, prepare 9 (the
+# The decision 8 (one transaction: the locked record, the project's row read once for the decider's rights and the
+# decider's permissions in one read, the move and its audit row), the decision seal read back 1, prepare 9 (the
 # project's registration read once for the whole change, then one transaction: record, PREPARING, the PREPARED move
 # on the record it has just written, their two audit rows appended together), EXECUTING 9 (the reservation one
 # insert that returns its row), the file's read, write and read-back none (they check the registration read in
-# prepare), VERIFIED with the project's new revision and the confirmation executed 15 (the project's audit row, then
-# the contract's and the confirmation's together), after the commit 2 (resource subscribers, an approval task). The
-# same on SQLite and PostgreSQL.
-APPROVAL_STATEMENTS = 45
+# prepare), VERIFIED with the project's new revision and the confirmation executed 12 (the confirmation moved by one
+# UPDATE from approved; the contract's, the project's and the confirmation's audit rows together), after the commit 2
+# (resource subscribers, an approval task). The same on SQLite and PostgreSQL.
+APPROVAL_STATEMENTS = 41
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

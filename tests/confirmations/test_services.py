@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import channel_layers, get_channel_layer
-from django.db import transaction
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from guardian.shortcuts import assign_perm
 
@@ -184,6 +185,44 @@ def test_approval_and_execution_are_audited_as_decisions(cast, project):
     confirmation = ask(cast, project)
     do_approve_confirmation(confirmation.id, acting_user=cast.operator.user)
     assert decided_rows(confirmation) == [("approved", "olivia"), ("executed", "executor")]
+
+
+def test_the_verified_move_appends_the_contracts_the_projects_and_the_confirmations_rows_as_one_batch(cast, project):
+    confirmation = ask(cast, project)
+    with CaptureQueriesContext(connection) as queries:
+        do_approve_confirmation(confirmation.id, acting_user=cast.operator.user)
+
+    last = list(AuditEvent.objects.order_by("-seq")[:3])[::-1]
+    assert [(row.kind, row.outcome) for row in last] == [
+        (EventKind.CONTRACT_TRANSITION, ContractState.VERIFIED),
+        (EventKind.PROJECT_WRITTEN, "new accepted revision"),
+        (EventKind.CONFIRMATION_DECIDED, C.EXECUTED),
+    ]
+    # One INSERT of audit rows per transaction: the decision, prepare, EXECUTING and VERIFIED.
+    appends = [query for query in queries.captured_queries if 'INSERT INTO "audit_auditevent"' in query["sql"]]
+    assert len(appends) == 4
+
+
+def test_a_confirmation_that_left_approved_while_its_change_was_carried_out_is_not_executed_over(
+    monkeypatch, cast, project, path
+):
+    confirmation = ask(cast, project)
+    settle = ProjectFileCapability.settle
+
+    def settled_elsewhere_meanwhile(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        # As a recovery would leave it (in this transaction, which the refused move then rolls back).
+        PendingConfirmation.objects.filter(pk=confirmation.pk).update(state=C.FAILED)
+        return settle(self, *args, **kwargs)
+
+    monkeypatch.setattr(ProjectFileCapability, "settle", settled_elsewhere_meanwhile)
+    done = do_approve_confirmation(confirmation.id, acting_user=cast.operator.user)
+
+    contract = Contract.objects.get(confirmation=confirmation)
+    assert contract.state == ContractState.RECONCILIATION
+    assert (done.state, done.outcome["reason"]) == (C.FAILED, "reconciliation")
+    assert reloaded(confirmation).state == C.FAILED
+    assert decided_rows(confirmation) == [("approved", "olivia"), ("failed", "executor")]
+    assert not AuditEvent.objects.filter(kind=EventKind.PROJECT_WRITTEN).exists()  # rolled back with VERIFIED
 
 
 def test_outcome_of_an_executed_confirmation_is_its_result(cast, project):
