@@ -26,6 +26,7 @@ import logging
 import math
 import operator
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from functools import cache
@@ -697,7 +698,7 @@ class _Insert(NamedTuple):
 
     def insert_rows(self, cursor: Any, rows: list[list[Any]]) -> None:
         if self.one_statement and len(rows) > 1:
-            cursor.execute(_rows_insert_sql(self.sql, len(rows)), [value for row in rows for value in row])
+            cursor.execute(_bound_on_the_client(cursor.db, *self.statement(rows)))
         else:
             cursor.executemany(self.sql, rows)
 
@@ -734,9 +735,14 @@ def _bound_on_the_client(db: Any, sql: str, params: list[Any]) -> str:
     `as_literal`), without its parse of the statement for placeholders: psycopg keeps that parse only for a statement
     of at most 50 parameters, so a batch of eight rows (about 160) was parsed with a regular expression every time,
     at a cost that grows with the rows. Sent with no parameters, the script goes as it is."""
-    transformer = Transformer.from_context(db.connection)
+    transformer = _TRANSFORMERS.get(db.connection)
+    if transformer is None:  # one per connection: it keeps the dumper it found for each type
+        transformer = _TRANSFORMERS[db.connection] = Transformer.from_context(db.connection)
     literals = tuple(b"NULL" if value is None else transformer.as_literal(value) for value in params)
     return (_client_template(sql) % literals).decode(db.connection.info.encoding)
+
+
+_TRANSFORMERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
 @cache

@@ -13,13 +13,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from psycopg import _queries as psycopg_queries
 from psycopg import pq
 
 from audit import services
 from audit.models import AuditEvent, EventKind
-from audit.services import record
+from audit.services import record, record_together
 from forge_core.errors import AuditUnavailable
 from tests.audit.helpers import audit_verify, mirror_lines
 
@@ -100,18 +100,25 @@ def test_an_append_the_database_refuses_in_its_commit_script_commits_nothing_and
     assert audit_verify().startswith("ok 2 events")
 
 
-def test_a_batch_of_eight_rows_is_bound_without_psycopg_parsing_its_script(monkeypatch):
-    """psycopg keeps its parse of a statement for its placeholders only up to 50 parameters; a batch of eight rows has
-    about 160, and was parsed with a regular expression on every batch."""
-    record(EventKind.TOOL_CALL, tool="test.warm")
-    parses: list[bytes] = []
+@pytest.fixture
+def parses(monkeypatch) -> list[bytes]:
+    """The statements psycopg parses for their placeholders from now on."""
+    parsed: list[bytes] = []
     real = psycopg_queries._split_query
 
     def split_query(query: bytes, *args, **kwargs):
-        parses.append(query)
+        parsed.append(query)
         return real(query, *args, **kwargs)
 
     monkeypatch.setattr(psycopg_queries, "_split_query", split_query)
+    return parsed
+
+
+def test_a_batch_of_eight_rows_is_bound_without_psycopg_parsing_its_script(parses):
+    """psycopg keeps its parse of a statement for its placeholders only up to 50 parameters; a batch of eight rows has
+    about 160, and was parsed with a regular expression on every batch."""
+    record(EventKind.TOOL_CALL, tool="test.warm")
+    parses.clear()
     events = [services._event(EventKind.TOOL_CALL, {"tool": "test.batch", "arguments": {"n": n}}) for n in range(8)]
 
     services._append_alone(events)
@@ -129,3 +136,15 @@ def test_a_script_is_bound_as_psycopgs_client_cursor_binds_it():
         expected = cursor.mogrify(sql, [*values, 1])
 
     assert services._bound_on_the_client(connection, sql, [*values, 1]) == expected
+
+
+def test_eight_rows_appended_in_a_callers_transaction_are_bound_without_psycopg_parsing_them(parses):
+    record(EventKind.TOOL_CALL, tool="test.warm")
+    parses.clear()
+
+    with transaction.atomic():
+        record_together({"kind": EventKind.TOOL_CALL, "tool": "test.together", "arguments": {"n": n}} for n in range(8))
+
+    assert parses == []
+    assert AuditEvent.objects.filter(tool="test.together").count() == 8
+    assert audit_verify().startswith("ok 9 events")
