@@ -13,7 +13,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+# What `json.dumps` with these options builds on every call, built once: `encode` keeps no state between calls.
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
 
 def canonical_json(value: Any) -> str:
     """`value` as canonical JSON text; ValueError for NaN or an infinity, TypeError for what JSON cannot hold."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return _ENCODER.encode(value)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from django.db import IntegrityError, connection, transaction
@@ -167,3 +168,30 @@ def test_a_row_the_database_refuses_fails_the_append_with_djangos_error_and_writ
     assert list(AuditEvent.objects.values_list("seq", flat=True)) == [1]
     record(EventKind.TOOL_CALL, tool="after")
     assert audit_verify().startswith("ok 2 events")
+
+
+@pytest.mark.django_db
+def test_an_appended_rows_time_and_tree_nodes_are_stored_as_djangos_own_conversions_store_them():
+    row = record(EventKind.TOOL_CALL, tool="timed")
+    append_events(6)
+
+    # The ORM converts the looked-up time and hash its own way: a row stored otherwise is not found.
+    assert list(AuditEvent.objects.filter(ts=row.ts).values_list("seq", flat=True)) == [row.seq]
+    for (level, index), digest in stored_nodes().items():
+        assert AuditTreeNode.objects.filter(level=level, index=index, hash=digest).exists()
+    assert stored_nodes() == nodes_recomputed()
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's stored text of a time")
+@pytest.mark.parametrize(
+    "ts",
+    [
+        datetime(2026, 12, 5, 4, 5, 6, 789012, tzinfo=UTC),
+        datetime(2026, 12, 5, 4, 5, 6, tzinfo=UTC),  # no fraction: str() leaves it out, as Django's text does
+        datetime(2026, 12, 5, 5, 5, 6, 7, tzinfo=timezone(timedelta(hours=1))),  # not UTC: Django's own way
+    ],
+)
+def test_sqlite_times_go_to_the_database_as_djangos_conversion_sends_them(ts):
+    field = AuditEvent._meta.get_field("ts")
+
+    assert services._sqlite_utc_text(ts, connection) == field.get_db_prep_value(ts, connection, prepared=True)

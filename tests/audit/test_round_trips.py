@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
+from psycopg import _queries as psycopg_queries
 from psycopg import pq
 
+from audit import services
 from audit.models import AuditEvent, EventKind
-from audit.services import record
+from audit.services import record, record_together
 from forge_core.errors import AuditUnavailable
 from tests.audit.helpers import audit_verify, mirror_lines
 
@@ -95,3 +98,53 @@ def test_an_append_the_database_refuses_in_its_commit_script_commits_nothing_and
     assert [json.loads(line)["tool"] for line in mirror_lines(mirror_path)] == ["test.first", "test.after"]
     assert (mirror_path.parent / (mirror_path.name + ".rolled-back")).read_text().count("test.refused") == 1
     assert audit_verify().startswith("ok 2 events")
+
+
+@pytest.fixture
+def parses(monkeypatch) -> list[bytes]:
+    """The statements psycopg parses for their placeholders from now on."""
+    parsed: list[bytes] = []
+    real = psycopg_queries._split_query
+
+    def split_query(query: bytes, *args, **kwargs):
+        parsed.append(query)
+        return real(query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg_queries, "_split_query", split_query)
+    return parsed
+
+
+def test_a_batch_of_eight_rows_is_bound_without_psycopg_parsing_its_script(parses):
+    """psycopg keeps its parse of a statement for its placeholders only up to 50 parameters; a batch of eight rows has
+    about 160, and was parsed with a regular expression on every batch."""
+    record(EventKind.TOOL_CALL, tool="test.warm")
+    parses.clear()
+    events = [services._event(EventKind.TOOL_CALL, {"tool": "test.batch", "arguments": {"n": n}}) for n in range(8)]
+
+    services._append_alone(events)
+
+    assert parses == []
+    assert list(AuditEvent.objects.values_list("seq", flat=True).order_by("seq")) == list(range(1, 10))
+    assert audit_verify().startswith("ok 9 events")
+
+
+def test_a_script_is_bound_as_psycopgs_client_cursor_binds_it():
+    values = [7, "it's 100% \u00e9 %s", b"\x00\xff", datetime(2026, 12, 5, 4, 5, 6, 789, tzinfo=UTC), None, ""]
+    sql = "SELECT %s, %s, %s, %s, %s, %s; SELECT %s"
+
+    with connection.cursor() as cursor:
+        expected = cursor.mogrify(sql, [*values, 1])
+
+    assert services._bound_on_the_client(connection, sql, [*values, 1]) == expected
+
+
+def test_eight_rows_appended_in_a_callers_transaction_are_bound_without_psycopg_parsing_them(parses):
+    record(EventKind.TOOL_CALL, tool="test.warm")
+    parses.clear()
+
+    with transaction.atomic():
+        record_together({"kind": EventKind.TOOL_CALL, "tool": "test.together", "arguments": {"n": n}} for n in range(8))
+
+    assert parses == []
+    assert AuditEvent.objects.filter(tool="test.together").count() == 8
+    assert audit_verify().startswith("ok 9 events")
