@@ -19,11 +19,31 @@ if TYPE_CHECKING:
 OPERATORS_GROUP = "operators"
 
 
-def is_operator(user: AbstractUser | AnonymousUser) -> bool:
-    """Whether `user` is a console operator: an active superuser, or active staff in the operators group."""
+def is_operator(user: AbstractUser | AnonymousUser, *, in_operators_group: bool | None = None) -> bool:
+    """Whether `user` is a console operator: an active superuser, or active staff in the operators group.
+    `in_operators_group`, the membership when the caller read it with the user (`in_operators_group_sql`), spares
+    the read of it here."""
     if not user.is_active:
         return False
-    return user.is_superuser or (user.is_staff and user.groups.filter(name=OPERATORS_GROUP).exists())
+    if user.is_superuser or not user.is_staff:
+        return user.is_superuser
+    if in_operators_group is None:
+        return user.groups.filter(name=OPERATORS_GROUP).exists()
+    return in_operators_group
+
+
+def in_operators_group_sql(user_id_column: str) -> tuple[str, list[str]]:
+    """SQL for whether the user in `user_id_column` (a quoted column of the caller's query) is in the operators
+    group, with its parameters: to read the membership with the user, in one statement, where `is_operator`
+    would read it after."""
+    from django.contrib.auth.models import Group, User  # not at import: the auth models need the app registry
+
+    membership = User.groups.through._meta.db_table
+    return (
+        f'EXISTS (SELECT 1 FROM "{membership}" m INNER JOIN "{Group._meta.db_table}" g ON g."id" = m."group_id" '
+        f'WHERE m."user_id" = {user_id_column} AND g."name" = %s)',
+        [OPERATORS_GROUP],
+    )
 
 
 def signed_in(user: User | AnonymousUser) -> User:

@@ -6,7 +6,10 @@ import io
 
 import pytest
 from channels.db import database_sync_to_async
+from django.contrib.auth.models import Group
 from django.core.management import CommandError, call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from access.services import token_digest
@@ -144,3 +147,21 @@ def test_the_command_refuses_a_user_who_is_not_an_operator(cast, name, says):
         call_command("create_operator_token", name, stdout=io.StringIO(), stderr=io.StringIO())
 
     assert not OperatorToken.objects.exists()
+
+
+def test_an_operator_token_and_its_users_operator_membership_are_read_in_one_statement(cast):
+    new = do_create_operator_token(cast.operator.user, "one read")
+
+    with CaptureQueriesContext(connection) as queries:
+        token = authenticate_operator_token(new.raw, "/api/mcp")
+
+    assert token is not None and token.user == cast.operator.user
+    assert len(queries.captured_queries) == 1
+
+
+def test_an_operator_token_of_staff_in_another_group_only_authenticates_nothing(cast):
+    new = do_create_operator_token(cast.operator.user, "moved")
+    cast.operator.user.groups.set([Group.objects.create(name="auditors")])
+
+    assert authenticate_operator_token(new.raw, "/api/mcp") is None
+    assert AuditEvent.objects.filter(kind=EventKind.AUTH_REFUSED, outcome="bad_operator_token").count() == 1
