@@ -170,14 +170,32 @@ def _move(confirmation: PendingConfirmation, to: str, **changes: Any) -> Pending
     return confirmation
 
 
+# Every decision and every approval make these two reads: compiled once (`executor.PreparedRead`).
+_locked_record = executor.PreparedRead(
+    lambda confirmation_id: PendingConfirmation.objects.defer(None).select_for_update().filter(pk=confirmation_id),
+    PendingConfirmation._meta.pk,
+)
+_with_who_asked_and_approved = executor.PreparedRead(
+    lambda confirmation_id: PendingConfirmation.objects.select_related("principal", "decided_by").filter(
+        pk=confirmation_id
+    ),
+    PendingConfirmation._meta.pk,
+)
+
+
 def _locked(confirmation_id: Any) -> PendingConfirmation:
     """The record locked, with the bytes its preview made while it is pending (`reviewed_result`)."""
-    return _found(confirmation_id, PendingConfirmation.objects.defer(None).select_for_update())
+    return _found(confirmation_id, _locked_record)
 
 
-def _found(confirmation_id: Any, query=None) -> PendingConfirmation:
+def _found(confirmation_id: Any, read: Callable[[Any], list[PendingConfirmation]] | None = None) -> PendingConfirmation:
     try:
-        return (query if query is not None else PendingConfirmation.objects).get(pk=confirmation_id)
+        if read is None:
+            return PendingConfirmation.objects.get(pk=confirmation_id)
+        found = read(confirmation_id)
+        if not found:
+            raise PendingConfirmation.DoesNotExist()
+        return found[0]
     except (PendingConfirmation.DoesNotExist, ValueError, TypeError, ValidationError):
         raise DecisionRefused(*NOT_FOUND, status=404) from None
 
@@ -402,7 +420,7 @@ def _approved_as_sealed(confirmation: PendingConfirmation) -> PendingConfirmatio
     """The approved record read again, if it still holds exactly what the operator reviewed and approved;
     None when anything under the decision's seal was changed since."""
     # With who asked and who approved: the approval's answer names them.
-    stored = _found(confirmation.pk, PendingConfirmation.objects.select_related("principal", "decided_by"))
+    stored = _found(confirmation.pk, _with_who_asked_and_approved)
     try:
         sealing.check_mac(stored.decision_parts(), stored.decision_seal, f"the approval of {stored.id}")
     except sealing.ContractTampered:
