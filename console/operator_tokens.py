@@ -20,6 +20,7 @@ from django.db.models.expressions import RawSQL
 
 from access.services import record_refused_token, record_token_event
 from audit.models import EventKind
+from confirmations import executor
 from console.models import OperatorToken
 from forge_core.console import in_operators_group_sql, is_operator
 from forge_core.tokens import OPERATOR_TOKEN_PREFIX, mint_token, presented_digest
@@ -63,16 +64,22 @@ def do_revoke_operator_token(token: OperatorToken, *, acting_user: str) -> None:
 def _tokens_with_membership() -> QuerySet[OperatorToken]:
     """Tokens with their user and whether that user is in the operators group, read in the token's one statement:
     every operator API request authenticates, and the membership was a second round trip of its own."""
-    sql, params = in_operators_group_sql(f'"{OperatorToken._meta.db_table}"."user_id"')
+    sql = in_operators_group_sql(f'"{OperatorToken._meta.db_table}"."user_id"')
     return OperatorToken.objects.select_related("user").annotate(
-        in_operators=RawSQL(sql, params, output_field=BooleanField())
+        in_operators=RawSQL(sql, [], output_field=BooleanField())
     )
+
+
+# Compiled once (`executor.PreparedRead`): building it with the ORM at every request cost more than its round trip.
+_token_by_digest = executor.PreparedRead(
+    lambda digest: _tokens_with_membership().filter(digest=digest), OperatorToken._meta.get_field("digest")
+)
 
 
 def authenticate_operator_token(raw: str, path: str) -> OperatorToken | None:
     """The usable operator token for a presented `fop_` value, its user loaded; a refused one is audited."""
     digest = presented_digest(raw, OPERATOR_TOKEN_PREFIX)
-    token = None if digest is None else _tokens_with_membership().filter(digest=digest).first()
+    token: OperatorToken | None = next(iter(_token_by_digest(digest)), None) if digest is not None else None
     membership = None if token is None else token.in_operators  # type: ignore[attr-defined]  # the annotation
     if token is None or not token.is_usable() or not is_operator(token.user, in_operators_group=membership):
         record_refused_token(path, outcome="bad_operator_token")

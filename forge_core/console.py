@@ -32,17 +32,18 @@ def is_operator(user: AbstractUser | AnonymousUser, *, in_operators_group: bool 
     return in_operators_group
 
 
-def in_operators_group_sql(user_id_column: str) -> tuple[str, list[str]]:
+def in_operators_group_sql(user_id_column: str) -> str:
     """SQL for whether the user in `user_id_column` (a quoted column of the caller's query) is in the operators
-    group, with its parameters: to read the membership with the user, in one statement, where `is_operator`
-    would read it after."""
+    group: to read the membership with the user, in one statement, where `is_operator` would read it after. The
+    group's name is this module's constant, written in as a literal, so the caller's query keeps its own parameters
+    alone."""
     from django.contrib.auth.models import Group, User  # not at import: the auth models need the app registry
 
     membership = User.groups.through._meta.db_table
+    name = OPERATORS_GROUP.replace("'", "''")
     return (
         f'EXISTS (SELECT 1 FROM "{membership}" m INNER JOIN "{Group._meta.db_table}" g ON g."id" = m."group_id" '
-        f'WHERE m."user_id" = {user_id_column} AND g."name" = %s)',
-        [OPERATORS_GROUP],
+        f'WHERE m."user_id" = {user_id_column} AND g."name" = \'{name}\')'
     )
 
 
