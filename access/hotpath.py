@@ -19,7 +19,6 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections
-from django.db.backends.sqlite3.operations import DatabaseOperations as SQLiteOperations
 from django.db.models import Model
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -44,7 +43,7 @@ class PreparedSelect:
             for position, field in enumerate(fields, start=start):
                 column = field.get_col(table)
                 converters = connection.ops.get_db_converters(column) + column.get_db_converters(connection)
-                if [getattr(convert, "__func__", None) for convert in converters] == [SQLITE_DATETIME]:
+                if [getattr(convert, "__func__", None) for convert in converters] == [_sqlite_datetime()]:
                     self.datetimes.append(position)
                 elif converters:
                     self.conversions.append((position, column, converters))
@@ -70,7 +69,12 @@ class PreparedSelect:
         return [*loaded, *values[self.also_from :]]
 
 
-SQLITE_DATETIME = SQLiteOperations.convert_datetimefield_value
+def _sqlite_datetime() -> Any:
+    """Django's SQLite datetime converter, whose work `_convert_datetimes` does (imported when a select is prepared:
+    imported with this module, it made a circular import while Django loaded the database backend)."""
+    from django.db.backends.sqlite3.operations import DatabaseOperations
+
+    return DatabaseOperations.convert_datetimefield_value
 
 
 def _convert_datetimes(values: list[Any], positions: list[int], zone: tzinfo | None) -> None:
