@@ -12,12 +12,16 @@ call still reads the current token and session, so revocation takes effect on th
 from __future__ import annotations
 
 import time
+from datetime import datetime, tzinfo
 from functools import cache
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections
 from django.db.models import Model
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from access.models import ClientToken, McpSession, ServerState
 from forge_core import fastsql
@@ -30,6 +34,7 @@ class PreparedSelect:
         """`also`: SQL expressions selected after the models' columns, whose values `fetch` gives as they come."""
         self.parts: list[tuple[type[Model], list[str], int, int]] = []  # model, attribute names, its columns' span
         self.conversions: list[tuple[int, Any, list[Any]]] = []  # the columns whose value needs converting
+        self.datetimes: list[int] = []  # the columns converted by SQLite's datetime converter alone
         selected: list[str] = []
         for model in models:
             table = model._meta.db_table
@@ -38,7 +43,9 @@ class PreparedSelect:
             for position, field in enumerate(fields, start=start):
                 column = field.get_col(table)
                 converters = connection.ops.get_db_converters(column) + column.get_db_converters(connection)
-                if converters:
+                if [getattr(convert, "__func__", None) for convert in converters] == [_sqlite_datetime()]:
+                    self.datetimes.append(position)
+                elif converters:
                     self.conversions.append((position, column, converters))
                 selected.append(f"{quote(table)}.{quote(field.column)}")
             self.parts.append((model, [field.attname for field in fields], start, len(selected)))
@@ -51,13 +58,37 @@ class PreparedSelect:
         if row is None:
             return None
         values = list(row)
-        if self.conversions:
+        if self.conversions or self.datetimes:
             db = connections[DEFAULT_DB_ALIAS]
             for position, column, converters in self.conversions:
                 for convert in converters:
                     values[position] = convert(values[position], column, db)
+            if self.datetimes:
+                _convert_datetimes(values, self.datetimes, db.timezone if settings.USE_TZ else None)
         loaded = [fastsql.loaded(model, attnames, values[start:end]) for model, attnames, start, end in self.parts]
         return [*loaded, *values[self.also_from :]]
+
+
+def _sqlite_datetime() -> Any:
+    """Django's SQLite datetime converter, whose work `_convert_datetimes` does (imported when a select is prepared:
+    imported with this module, it made a circular import while Django loaded the database backend)."""
+    from django.db.backends.sqlite3.operations import DatabaseOperations
+
+    return DatabaseOperations.convert_datetimefield_value
+
+
+def _convert_datetimes(values: list[Any], positions: list[int], zone: tzinfo | None) -> None:
+    """What SQLite's `convert_datetimefield_value` makes of each of these columns (a naive value read as in the
+    connection's time zone when `USE_TZ`), with the setting and the zone read once per row rather than once per
+    column: a call's token, owner and session hold nine such columns."""
+    for position in positions:
+        value = values[position]
+        if value is not None:
+            if not isinstance(value, datetime):
+                value = parse_datetime(value)
+            if zone is not None and not timezone.is_aware(value):
+                value = value.replace(tzinfo=zone)
+            values[position] = value
 
 
 def quote(name: str) -> str:

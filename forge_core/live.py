@@ -95,8 +95,8 @@ _outgoing_made = threading.Lock()
 
 
 def _server_loop() -> asyncio.AbstractEventLoop | None:
-    """The event loop this thread's work was handed from (asgiref records it for a thread it runs sync code in),
-    if it still runs."""
+    """The event loop this thread's work was handed from (asgiref records it for a thread it runs sync code in, and
+    the pool's hop, `forge_core.workers`, records it the same way), if it still runs."""
     loop = getattr(SyncToAsync.threadlocal, "main_event_loop", None)
     if loop is None or getattr(SyncToAsync.threadlocal, "main_event_loop_pid", None) != os.getpid():
         return None

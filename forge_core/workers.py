@@ -14,24 +14,43 @@ in turn, and each call's connection read again (16 `pread64` a call on daphne) t
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import contextlib
+import contextvars
 import functools
+import os
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor, Future
 from typing import Any
 
-from asgiref.sync import SyncToAsync
+from asgiref.sync import SyncToAsync, _restore_context
 from django.conf import settings
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 
 class _Work:
+    """Work handed through `submit`: its caller waits on a concurrent future."""
+
     __slots__ = ("args", "fn", "future", "kwargs")
 
     def __init__(self, future: Future[Any], fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]):
         self.future, self.fn, self.args, self.kwargs = future, fn, args, kwargs
+
+    def start(self) -> bool:
+        """Whether the work is still wanted (its caller has not cancelled it)."""
+        return self.future.set_running_or_notify_cancel()
+
+    def call(self) -> Any:
+        return self.fn(*self.args, **self.kwargs)
+
+    def settle(self, result: Any, exc: BaseException | None) -> None:
+        if exc is not None:
+            self.future.set_exception(exc)
+        else:
+            self.future.set_result(result)
 
 
 _STOP = _Work(Future(), lambda: None, (), {})  # what a thread is handed, or finds, when its pool shuts down
@@ -69,19 +88,7 @@ class LastIdleFirst(Executor):
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
         work = _Work(Future(), fn, args, kwargs)
-        with self._lock:
-            if self._closed:
-                raise RuntimeError(f"the {self._name} pool is shut down")
-            if self._idle:
-                self._idle.pop().hand(work)
-                return work.future
-            self._waiting.append(work)
-            if len(self._threads) < self._size:
-                thread = threading.Thread(
-                    target=self._serve, name=f"{self._name}_{len(self._threads)}", args=(_Thread(),)
-                )
-                self._threads.append(thread)
-                thread.start()
+        self.hand(work)
         return work.future
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
@@ -119,17 +126,33 @@ class LastIdleFirst(Executor):
             return None
 
     def _run(self, work: _Work, me: _Thread) -> _Work | None:
-        if not work.future.set_running_or_notify_cancel():
+        if not work.start():
             return self._next(me)
         try:
-            result = work.fn(*work.args, **work.kwargs)
+            result = work.call()
         except BaseException as exc:  # as ThreadPoolExecutor: whatever it was, the caller's future carries it
             following = self._next(me)
-            work.future.set_exception(exc)
+            work.settle(None, exc)
         else:
             following = self._next(me)
-            work.future.set_result(result)
+            work.settle(result, None)
         return following
+
+    def hand(self, work: _Work) -> None:
+        """Run `work` on the thread idle last, or on a new one, or after the first busy one finishes."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"the {self._name} pool is shut down")
+            if self._idle:
+                self._idle.pop().hand(work)
+                return
+            self._waiting.append(work)
+            if len(self._threads) < self._size:
+                thread = threading.Thread(
+                    target=self._serve, name=f"{self._name}_{len(self._threads)}", args=(_Thread(),)
+                )
+                self._threads.append(thread)
+                thread.start()
 
 
 _pools: dict[str, LastIdleFirst] = {}
@@ -181,20 +204,72 @@ def _upkeep() -> None:
         connection.close_if_unusable_or_obsolete()
 
 
-class _PoolHop(SyncToAsync):
-    """asgiref's hop into a thread, with the connection upkeep around the work that Channels'
-    `database_sync_to_async` does, made cheaper."""
+class _Hop(_Work):
+    """Work handed from an event loop (`in_pool`): the coroutine that handed it awaits an asyncio future, which the
+    pool thread settles with one `call_soon_threadsafe` on that loop. asgiref's `SyncToAsync` went through
+    `run_in_executor`, a concurrent future chained to an asyncio one under `asyncio.shield`, and copied the
+    context's variables in and out: a hop of nothing cost 63 us of CPU that way, 25 this way (docs/PERFORMANCE.md)."""
 
-    def thread_handler(self, loop: Any, *args: Any, **kwargs: Any) -> Any:
+    __slots__ = ("context", "loop", "waiter")
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ):
+        self.fn, self.args, self.kwargs = fn, args, kwargs
+        self.loop = loop
+        self.waiter: asyncio.Future[Any] = loop.create_future()
+        self.context = contextvars.copy_context()
+
+    def start(self) -> bool:
+        return not self.waiter.cancelled()
+
+    def call(self) -> Any:
+        # What asgiref records for a thread it runs sync code in: `async_to_sync` there (Django running an async
+        # view, `forge_core.live`) reaches this loop through it. A pool thread serves one loop (a forked child has
+        # none of its threads), so it is recorded once, not with a `getpid` system call on every hop.
+        recorded = SyncToAsync.threadlocal
+        if getattr(recorded, "main_event_loop", None) is not self.loop:
+            recorded.main_event_loop, recorded.main_event_loop_pid = self.loop, os.getpid()
+        recorded.task_context = None
         _upkeep()
         try:
-            return super().thread_handler(loop, *args, **kwargs)
+            # In a copy of the caller's context, as asgiref runs it, with the caller's `asgiref.local.Local` values
+            # made this thread's (Django's script prefix, which its ASGI handler sets on the loop).
+            return self.context.run(self._call_here)
         finally:
             _upkeep()
 
+    def _call_here(self) -> Any:
+        _restore_context(self.context)
+        return self.fn(*self.args, **self.kwargs)
 
-@functools.cache  # made once per function: the wrapper's set-up is a cost on every call otherwise
-def in_pool(func: Callable[..., Any], name: str = "forge-work") -> Callable[..., Any]:
-    """`func` as a coroutine function that runs in the pool `name`, with the connection upkeep around it."""
-    # asgiref's annotation names ThreadPoolExecutor; it only hands the executor to `loop.run_in_executor`
-    return _PoolHop(func, thread_sensitive=False, executor=pool(name))  # type: ignore[arg-type]
+    def settle(self, result: Any, exc: BaseException | None) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is left to tell
+            self.loop.call_soon_threadsafe(_settle, self.waiter, result, exc)
+
+
+def _settle(waiter: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+    if waiter.cancelled():  # the coroutine that handed the work over was cancelled meanwhile
+        return
+    if exc is not None:
+        waiter.set_exception(exc)
+    else:
+        waiter.set_result(result)
+
+
+def hop_into(work_pool: LastIdleFirst, func: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
+    """`func` as a coroutine function that runs in `work_pool`, with the connection upkeep around it. Cancelling
+    the coroutine does not stop the work, which finishes in its thread, as with asgiref."""
+
+    async def hop(*args: Any, **kwargs: Any) -> Any:
+        work = _Hop(asyncio.get_running_loop(), func, args, kwargs)
+        work_pool.hand(work)
+        return await work.waiter
+
+    return hop
+
+
+@functools.cache  # made once per function and pool
+def in_pool(func: Callable[..., Any], name: str = "forge-work") -> Callable[..., Awaitable[Any]]:
+    """`func` as a coroutine function that runs in the pool `name` (`hop_into`)."""
+    return hop_into(pool(name), func)

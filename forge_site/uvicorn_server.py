@@ -23,6 +23,7 @@ scope, which only that listener puts there.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import Callable
 from types import FrameType
@@ -41,14 +42,51 @@ so a client never sends on a connection the server is closing. It never applies 
 so an idle event stream stays open as long as its client wants."""
 
 
+class WritesOfATurn:
+    """The transport as a response sees it: what the response writes within one turn of the event loop goes out
+    in one write at the end of the turn. uvicorn writes a response's head as soon as it is sent and its body
+    apart, so a JSON answer cost two system calls, and two trips through the kernel's TCP stack, where one does
+    (docs/PERFORMANCE.md). A stream's later events each go in the turn they are sent; nothing waits longer."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self.transport, self.loop = transport, loop
+        self.pending: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        if not self.pending:
+            self.loop.call_soon(self.flush)
+        self.pending.append(data)
+
+    def flush(self) -> None:
+        """Write what is pending now (before anything else is written to the connection, or it is closed)."""
+        if self.pending:
+            data = b"".join(self.pending)
+            self.pending.clear()
+            if not self.transport.is_closing():
+                self.transport.write(data)
+
+    def close(self) -> None:
+        self.flush()
+        self.transport.close()
+
+    def is_closing(self) -> bool:
+        return self.transport.is_closing()
+
+
 class HeadLimitedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools connection, answering a request head over its limits with 431 and a JSON body."""
+    """uvicorn's httptools connection, answering a request head over its limits with 431 and a JSON body, and
+    writing each response's bytes of one loop turn at once (`WritesOfATurn`)."""
 
     head_refused = False
     reading_head = False
     read_in_head = 0
     url_bytes = 0
     header_count = 0
+    header_bytes = 0  # the header lines' ("name: value"), counted as they are parsed
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self.responses = WritesOfATurn(transport, self.loop)
 
     def data_received(self, data: bytes) -> None:
         if self.head_refused:
@@ -61,13 +99,14 @@ class HeadLimitedHttpToolsProtocol(HttpToolsProtocol):
             if self.read_in_head > MAX_HEAD_BYTES:
                 self.head_refused = True
         if self.head_refused and not self.transport.is_closing():
+            self.responses.flush()  # an answer to a request before this one goes first
             self.transport.write(RESPONSE)
             self.transport.close()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self.reading_head = True
-        self.read_in_head = self.url_bytes = self.header_count = 0
+        self.read_in_head = self.url_bytes = self.header_count = self.header_bytes = 0
 
     def on_url(self, url: bytes) -> None:
         self.url_bytes += len(url)
@@ -75,6 +114,7 @@ class HeadLimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self.header_count += 1
+        self.header_bytes += len(name) + len(value) + 2
         if self.header_count > MAX_HEADERS:
             self.head_refused = True
         if not self.head_refused:
@@ -83,10 +123,12 @@ class HeadLimitedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self.reading_head = False
         # A head that came whole within one read: its request target and header lines ("name: value").
-        if self.url_bytes + sum(len(name) + len(value) + 2 for name, value in self.headers) > MAX_HEAD_BYTES:
+        if self.url_bytes + self.header_bytes > MAX_HEAD_BYTES:
             self.head_refused = True
         if not self.head_refused:
             super().on_headers_complete()
+            if self.cycle is not None:
+                self.cycle.transport = self.responses  # type: ignore[assignment]  # the part of it a cycle uses
 
     def on_body(self, body: bytes) -> None:
         if not self.head_refused:
@@ -96,7 +138,12 @@ class HeadLimitedHttpToolsProtocol(HttpToolsProtocol):
         if not self.head_refused:
             super().on_message_complete()
 
+    def send_400_response(self, msg: str) -> None:
+        self.responses.flush()
+        super().send_400_response(msg)
+
     def shutdown(self) -> None:
+        self.responses.flush()
         cycle = self.cycle
         if cycle is not None and cycle.response_started and not cycle.response_complete:
             # An open event stream: tell the application its client has gone, so the stream ends through its

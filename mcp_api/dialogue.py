@@ -33,7 +33,6 @@ batch (`ask_all`) goes out in one round at 2026-07-28 and one request after anot
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import logging
 import secrets
@@ -128,7 +127,7 @@ def can_ask(ctx: CallContext, capability: str) -> bool:
 
 
 def converses(tool: Tool) -> bool:
-    return inspect.isgeneratorfunction(tool.handler)
+    return tool.handler_is_generator
 
 
 def reply_group(token: ClientToken, session_id: str, request_id: Any) -> str:

@@ -82,6 +82,9 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
 def decode(body: bytes, *, max_depth: int) -> Any:
     """Decode a request body as JSON and screen what it carries, or raise `UnreadableMessage`.
 
@@ -92,7 +95,8 @@ def decode(body: bytes, *, max_depth: int) -> Any:
     request's id when it is in `params`, -32600 with the id anywhere else. A batch is screened entry by
     entry and refused whole with the first entry's flaw."""
     try:
-        message = json.loads(body, parse_constant=_refuse_constant)
+        # `json.loads(body, parse_constant=...)`, without building its decoder on every call.
+        message = _DECODER.decode(body.decode(json.detect_encoding(body), "surrogatepass"))
     except (ValueError, RecursionError):
         raise UnreadableMessage(
             PARSE_ERROR,
@@ -184,8 +188,12 @@ def _unreadable(flaw: str, where: str, request_id: Any, max_depth: int) -> Unrea
     )
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+"""What `json.dumps` with these arguments builds on every call, built once (it keeps no state between calls)."""
+
+
 def encode(message: Any) -> bytes:
-    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
+    return _ENCODER.encode(message).encode()
 
 
 def is_valid_id(value: Any) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import inspect
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -118,6 +119,11 @@ class Tool:
             **({"execution": {"taskSupport": "optional"}} if self.waits_for_operator else {}),
         }
 
+    @functools.cached_property
+    def handler_is_generator(self) -> bool:
+        """Whether the handler yields (a tool that talks with its client, `mcp_api.dialogue`); asked on every call."""
+        return inspect.isgeneratorfunction(self.handler)
+
     @property
     def waits_for_operator(self) -> bool:
         """Whether a call suspends into a pending confirmation: the governed mutations (direct writes, team)."""
@@ -200,10 +206,12 @@ def admit(tool: Tool, ctx: CallContext, arguments: Arguments) -> None:
             f"{tool.name} needs this server to be the team's active caretaker, and it is not; ask your team's "
             "caretaker. What is missing: " + " ".join(activation.missing())
         )
-    slug = getattr(arguments, "project", None)
+    # The model's field values: `getattr` of a field the model lacks costs pydantic an exception on every call.
+    given = arguments.__dict__
+    slug = given.get("project")
     if isinstance(slug, str):
         ctx.target = _visible_project(ctx, slug)
-    handle = getattr(arguments, "session_handle", None)
+    handle = given.get("session_handle")
     if ctx.session is None and isinstance(handle, str):
         ctx.session = _session_of_handle(ctx, handle)
     if Need.GRANT in tool.needs:

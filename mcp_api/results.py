@@ -21,6 +21,10 @@ OVERRIDE_BANNER = (
 )
 
 
+_TEXT = json.JSONEncoder(ensure_ascii=False, default=str)
+"""The structured content's text block: `json.dumps(..., ensure_ascii=False, default=str)`, its encoder built once."""
+
+
 @dataclass(frozen=True)
 class Content:
     """A tool's answer as content blocks, for a result that is not one JSON object: text, an image, audio, an
@@ -38,7 +42,7 @@ def tool_result(structured: dict[str, Any] | Content, *, is_error: bool = False)
     if settings.FORGE_OVERRIDE_SECURITIES:
         structured = {**structured, "warnings": [*structured.get("warnings", []), OVERRIDE_BANNER]}
     return {
-        "content": [{"type": "text", "text": json.dumps(structured, ensure_ascii=False, default=str)}],
+        "content": [{"type": "text", "text": _TEXT.encode(structured)}],
         "structuredContent": structured,
         "isError": is_error,
     }

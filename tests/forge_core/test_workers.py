@@ -3,13 +3,16 @@ exception comes back, and the thread's database connection is kept up around it 
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
+import anyio
 import pytest
+from asgiref.sync import async_to_sync
 from django.db import connection
 
-from forge_core.workers import LastIdleFirst, _PoolHop, in_pool
+from forge_core.workers import LastIdleFirst, hop_into, in_pool
 
 pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
 
@@ -39,9 +42,9 @@ def _open_connection() -> object:
 
 @pytest.fixture
 def one_thread():
-    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forge-work-test")
-    yield lambda func: _PoolHop(func, thread_sensitive=False, executor=executor)
-    executor.shutdown()
+    made = LastIdleFirst(1, "forge-work-test")
+    yield lambda func: hop_into(made, func)
+    made.shutdown()
 
 
 async def test_a_healthy_connection_stays_open_from_one_hop_to_the_next(one_thread, settings):
@@ -131,3 +134,53 @@ def test_a_pool_shut_down_finishes_its_work_ends_its_threads_and_takes_no_more(t
     assert not [thread for thread in threading.enumerate() if thread.name.startswith("forge-test-pool")]
     with pytest.raises(RuntimeError, match="shut down"):
         two_threads.submit(_where)
+
+
+_asked = contextvars.ContextVar("asked", default="nobody")
+
+
+def _read_then_set() -> str:
+    seen = _asked.get()
+    _asked.set("the work")
+    return seen
+
+
+async def test_the_work_sees_its_caller_s_context_and_keeps_what_it_sets_to_itself():
+    _asked.set("the caller")
+
+    assert await in_pool(_read_then_set)() == "the caller"
+    assert _asked.get() == "the caller"
+
+
+async def _on_the_loop() -> str:
+    return threading.current_thread().name
+
+
+def _back_to_the_loop() -> str:
+    return async_to_sync(_on_the_loop)()
+
+
+async def test_async_code_the_work_runs_goes_back_to_the_loop_it_came_from():
+    assert await in_pool(_back_to_the_loop)() == threading.current_thread().name
+
+
+async def test_a_cancelled_caller_leaves_its_work_to_finish_and_the_pool_to_serve(one_thread):
+    loop, began = asyncio.get_running_loop(), asyncio.Event()
+    release, finished = threading.Event(), threading.Event()
+
+    def slow() -> None:
+        loop.call_soon_threadsafe(began.set)
+        release.wait(5)
+        finished.set()
+
+    waiting = asyncio.ensure_future(one_thread(slow)())
+    with anyio.fail_after(5):
+        await began.wait()
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    release.set()
+
+    with anyio.fail_after(5):
+        assert (await one_thread(_where)()).startswith("forge-work-test")  # one thread: after the slow work
+    assert finished.is_set()

@@ -1,8 +1,8 @@
 """The hot path's thread hops (DESIGN section 16): a plain exchange makes exactly one, a stream's events none.
 
-Every hop from the event loop to a worker thread goes through asgiref's `SyncToAsync` (Channels'
-`database_sync_to_async` and the `aclose_old_connections` of its stock `dispatch` included), so counting its
-calls counts the hops.
+Every hop from the event loop to a worker thread goes through the pool's own hop (`forge_core.workers.in_pool`)
+or asgiref's `SyncToAsync` (Channels' `database_sync_to_async` and the `aclose_old_connections` of its stock
+`dispatch` included), so counting the calls of both counts the hops.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from asgiref.sync import SyncToAsync
 from channels.layers import get_channel_layer
 
 from access.models import BROADCAST_GROUP
+from forge_core.workers import LastIdleFirst
 from tests.mcp_api.helpers import mcp_headers, open_session, open_stream, post, rpc
 
 pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
@@ -29,7 +30,14 @@ def hops(monkeypatch) -> Iterator[list[str]]:
         made.append(getattr(self.func, "__name__", repr(self.func)))
         return await real_call(self, *args, **kwargs)
 
+    real_hand = LastIdleFirst.hand
+
+    def handed(self, work):
+        made.append(getattr(work.fn, "__name__", repr(work.fn)))
+        return real_hand(self, work)
+
     monkeypatch.setattr(SyncToAsync, "__call__", counted)
+    monkeypatch.setattr(LastIdleFirst, "hand", handed)
     yield made
 
 
