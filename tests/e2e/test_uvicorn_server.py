@@ -75,6 +75,27 @@ def test_a_head_within_the_limits_is_served_on_uvicorn(uvicorn_server):
     assert httpx.get(f"{uvicorn_server.base}/healthz", headers=headers).status_code == 200
 
 
+def test_every_answer_reaches_the_client_whole_before_a_close_on_uvicorn(uvicorn_server):
+    # A response's writes go out at the end of the loop's turn (WritesOfATurn): an answer the server closes the
+    # connection after, and two requests sent at once, still reach the client whole and in order.
+    assert http_answers(exchange(uvicorn_server.base, head(b"Connection: close"))) == [(200, {"status": "ok"})]
+    both = exchange(uvicorn_server.base, head() + head(b"Connection: close"))
+    assert http_answers(both) == [(200, {"status": "ok"})] * 2
+
+
+def http_answers(raw: bytes) -> list[tuple[int, object]]:
+    """The status and JSON body of each HTTP/1.1 answer in `raw`, one after another (each with Content-Length)."""
+    answers = []
+    while raw:
+        head_bytes, _, rest = raw.partition(b"\r\n\r\n")
+        status_line, *header_lines = head_bytes.split(b"\r\n")
+        headers = {name.strip().lower(): value.strip() for name, _, value in (h.partition(b":") for h in header_lines)}
+        length = int(headers[b"content-length"])
+        answers.append((int(status_line.split()[1]), httpx.Response(200, content=rest[:length]).json()))
+        raw = rest[length:]
+    return answers
+
+
 async def test_sigterm_ends_open_streams_and_stops_uvicorn_with_status_0(tmp_path):
     env, token = prepare(tmp_path)
     with run_server(env, token, tmp_path, server="uvicorn") as server:
