@@ -191,6 +191,29 @@ def test_a_refused_batch_leaves_no_transaction_open_and_the_write_lock_free(mirr
     assert audit_verify().startswith("ok 2 events")
 
 
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's batches send their INSERTs on the driver's cursor")
+def test_a_batch_refused_on_the_drivers_cursor_fails_closed_and_leaves_no_transaction_open(mirror_path):
+    """With nothing watching Django's cursor, a SQLite batch's INSERTs go on the driver's: a refusal there (a trigger,
+    since no execute wrapper sees them) still fails the batch, rolls it back and lets go of the write lock."""
+    record(EventKind.TOOL_CALL, tool="test.first")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE TRIGGER refuse_nodes BEFORE INSERT ON audit_audittreenode BEGIN SELECT RAISE(ABORT, 'refused'); END"
+        )
+    try:
+        assert not connection.execute_wrappers and not connection.queries_logged
+        with pytest.raises(AuditUnavailable, match="refused"):
+            record(EventKind.TOOL_CALL, tool="test.refused")
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TRIGGER refuse_nodes")
+
+    assert not in_a_transaction(connection)
+    assert not sqlite_base.WRITE_LOCK.locked()
+    assert record(EventKind.TOOL_CALL, tool="test.after").seq == 2
+    assert audit_verify().startswith("ok 2 events")
+
+
 def test_a_checkpoint_due_in_a_batch_is_kept_beside_the_mirror_once_committed(settings, mirror_path):
     settings.FORGE_AUDIT_CHECKPOINT_EVENTS = 2
 
