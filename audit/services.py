@@ -5,7 +5,8 @@ chain lock, and appends the row with its MAC, its Merkle tree nodes and its mirr
 transaction when there is one: a state change and its audit row commit together or not at all. The mirror's
 lines are fsynced once per transaction, just before it commits (`forge_core.before_commit`), whatever the number
 of rows it appends. Rows appended outside a transaction are group-committed: those that arrive together share
-one transaction and one mirror fsync, and each caller returns once its own row is committed. When the row
+one transaction of the append's own (not Django's atomic()) and one mirror fsync, synced before that transaction
+commits, and each caller returns once its own row is committed. When the row
 cannot be written (database error, mirror unwritable) the caller gets `AuditUnavailable` and the action
 it was about to record must not happen (fail closed).
 
@@ -91,7 +92,7 @@ def _sanitize(value: Any, secrets: frozenset[str]) -> tuple[Any, int]:
             name = _key(text)
             child, child_size = (REDACTED, 12) if text.lower() in secrets else _sanitize(item, secrets)
             items[name] = child
-            size += len(_encode_text(name)) + 2 + child_size
+            size += len(_text(name)) + 2 + child_size
         return _bounded(items, size)
     if isinstance(value, list | tuple):
         children = [_sanitize(item, secrets) for item in value]
@@ -205,12 +206,9 @@ def _line(head: str, mac: str, tail: str) -> str:
     return f'{{{head},"mac":{_text(mac)},{tail}}}'
 
 
-def _text(value: str) -> str:
-    """`value` as canonical JSON text: what `json.dumps(value, ensure_ascii=False)` gives, without its overhead."""
-    return _encode_text(value)
-
-
-_encode_text: Callable[[str], str] = json.encoder.encode_basestring
+# `value` as canonical JSON text: what `json.dumps(value, ensure_ascii=False)` gives, without its overhead. The C
+# encoder itself, called directly: a Python function around it was ten calls more on every row's line.
+_text: Callable[[str], str] = json.encoder.encode_basestring
 
 
 # --- the tree's node store -------------------------------------------------------------------------
@@ -320,23 +318,44 @@ def _append_in_transaction(events: list[AuditEvent]) -> None:
 def _append_alone(events: list[AuditEvent]) -> None:
     """Append `events` in a transaction of their own and commit it (the group commit's batch).
 
-    On PostgreSQL the transaction is the append's own, in two round trips where Django's atomic() took four: BEGIN
-    goes in the script that takes the chain lock and reads the head (`begun_locked_chain_head`), and the INSERTs
-    and COMMIT go as one script once the mirror's lines are synced (`_append`). Django's connection stays in
-    autocommit meanwhile, so psycopg sends no BEGIN of its own, and anything that stops the append rolls the
-    transaction back here."""
+    The transaction is the append's own, not Django's atomic(), whose bookkeeping (autocommit switched off and on,
+    the commit's checks and hooks, each through Django's thread-safety wrappers) cost a lone row more CPU than its
+    statements on SQLite. Django's connection stays in autocommit meanwhile; the batch begins it (`_begin_alone`),
+    `_append` commits it once the mirror's lines are synced, and anything that stops the append rolls it back here.
+    On PostgreSQL that is two round trips where atomic() took four: BEGIN goes in the script that takes the chain
+    lock and reads the head, and the INSERTs and COMMIT go as one script."""
     db = connections[DEFAULT_DB_ALIAS]
-    if db.vendor != "postgresql" or not db.get_autocommit() or _binds_on_the_server(db):
+    if not db.get_autocommit() or (db.vendor == "postgresql" and _binds_on_the_server(db)):
         _append_in_transaction(events)
         return
     try:
         try:
-            _append(events, begun_locked_chain_head())
+            _append(events, _begin_alone(db))
         except BaseException:
             _roll_back(db)
             raise
     except (DatabaseError, MirrorError) as exc:
         raise AuditUnavailable(str(exc)) from exc
+
+
+def _begin_alone(db: Any) -> tuple[int, str]:
+    """Begin the batch's transaction on `db`, in autocommit, and read the chain head under its lock: on PostgreSQL
+    in one round trip (`begun_locked_chain_head`); on SQLite as every transaction begins (the process's write lock,
+    then BEGIN IMMEDIATE: `forge_core.sqlite`), which is the chain lock."""
+    if db.vendor == "postgresql":
+        return begun_locked_chain_head()
+    db._start_transaction_under_autocommit()
+    return chain_head()
+
+
+def _commit_alone(db: Any) -> None:
+    """Commit the transaction `_begin_alone` began (on SQLite the backend's commit, which lets go of the process's
+    write lock as well)."""
+    if db.vendor == "postgresql":
+        with db.wrap_database_errors:
+            db.connection.execute("COMMIT")
+    else:
+        db._commit()
 
 
 def _binds_on_the_server(db: Any) -> bool:
@@ -348,11 +367,8 @@ def _binds_on_the_server(db: Any) -> bool:
 def _roll_back(db: Any) -> None:
     """Roll back the transaction the append began on `db`'s connection; a connection that cannot is closed, so
     that no request after this one runs inside what is left of it."""
-    if db.connection is None:
-        return
     try:
-        with db.wrap_database_errors:
-            db.connection.rollback()
+        db._rollback()  # the backend's own: on SQLite it lets go of the process's write lock too
     except Exception:
         logger.warning("could not roll back a failed audit append; closing its database connection")
         with contextlib.suppress(Exception):
@@ -507,7 +523,7 @@ def _append(events: list[AuditEvent], head: tuple[int, str]) -> None:
     and COMMIT go as one script, one round trip. A commit that fails then leaves lines past the database's end,
     as one that fails after the sync always could; the next append sets them aside (`Mirror.append`)."""
     db = connections[DEFAULT_DB_ALIAS]  # this thread's connection, looked up once rather than per field
-    commits = db.vendor == "postgresql" and db.get_autocommit()
+    commits = db.get_autocommit()  # the batch's own transaction (`_append_alone`), committed here
     size, prev_mac = head
     first, first_prev_mac = size + 1, prev_mac
     # Prepared INSERTs instead of Model.save / bulk_create: the ORM spent ~0.2 ms per call compiling them.
@@ -529,10 +545,21 @@ def _append(events: list[AuditEvent], head: tuple[int, str]) -> None:
     every = settings.FORGE_AUDIT_CHECKPOINT_EVENTS
     due = range(-(-first // every) * every, size + 1, every) if every else range(0)
     mirror = Mirror(settings.FORGE_AUDIT_LOG)
-    if commits:
+    if not commits:
+        with db.cursor() as cursor, _one_round_trip(db):
+            event_insert.insert_rows(cursor, event_rows)
+            node_insert.insert_rows(cursor, node_rows)
+        # Synced once as the transaction commits, however many rows it appends (before_commit).
+        mirror.append(first, lines, first_prev_mac, committed_lines, kept_size, sync=False)
+        before_commit(("audit mirror", mirror.path), mirror.sync)
+        _FRONTIER.keep(size, prev_mac, store.known)
+        for checkpoint in due:
+            _store_checkpoint(checkpoint)
+        return
+    kept: list[Callable[[], None]] = []
+    if db.vendor == "postgresql":
         mirror.append(first, lines, first_prev_mac, committed_lines, kept_size, sync=False)
         mirror.sync()  # before the COMMIT is sent
-        kept: list[Callable[[], None]] = []
         # One script, the rows bound into it on the client as Django's psycopg cursor binds every statement: one
         # Query message, one round trip, and none of a pipeline's work in psycopg. An error stops the script there.
         events_sql, event_params = event_insert.statement(event_rows)
@@ -540,24 +567,37 @@ def _append(events: list[AuditEvent], head: tuple[int, str]) -> None:
         script = _script_sql(events_sql, nodes_sql, commit=not due)
         with db.cursor() as cursor:
             cursor.execute(_bound_on_the_client(db, script, [*event_params, *node_params]))
-        if due:  # a checkpoint reads the batch's nodes back: its INSERTs go first, and COMMIT after it
-            for checkpoint in due:
-                _store_checkpoint(checkpoint, after_commit=kept.append)
-            with db.wrap_database_errors:
-                db.connection.execute("COMMIT")
-        _FRONTIER.keep(size, prev_mac, store.known)
-        for keep in kept:
-            keep()
-        return
-    with db.cursor() as cursor, _one_round_trip(db):
-        event_insert.insert_rows(cursor, event_rows)
-        node_insert.insert_rows(cursor, node_rows)
-    # Synced once as the transaction commits, however many rows it appends (before_commit).
-    mirror.append(first, lines, first_prev_mac, committed_lines, kept_size, sync=False)
-    before_commit(("audit mirror", mirror.path), mirror.sync)
+    else:
+        _insert_alone(db, [(event_insert, event_rows), (node_insert, node_rows)])
+        mirror.append(first, lines, first_prev_mac, committed_lines, kept_size, sync=False)
+        mirror.sync()  # before the commit
+    if due:  # a checkpoint reads the batch's nodes back: its INSERTs go first, and the commit after it
+        for checkpoint in due:
+            _store_checkpoint(checkpoint, after_commit=kept.append)
+    if due or db.vendor != "postgresql":
+        _commit_alone(db)
     _FRONTIER.keep(size, prev_mac, store.known)
-    for checkpoint in due:
-        _store_checkpoint(checkpoint)
+    for keep in kept:
+        keep()
+
+
+def _insert_alone(db: Any, inserts: list[tuple[_Insert, list[list[Any]]]]) -> None:
+    """A SQLite batch's INSERTs, on the driver's own cursor (Django's errors still raised) unless something watches
+    Django's: its cursor, execute wrappers and placeholder rewrite cost a batch of one row about 160 K instructions,
+    more than any other step of it. With an execute wrapper installed or queries logged (tests, DEBUG) they go through
+    Django's cursor as every other write does, so whatever watches sees them, and may refuse them."""
+    if db.execute_wrappers or db.queries_logged:
+        with db.cursor() as cursor:
+            for insert, rows in inserts:
+                insert.insert_rows(cursor, rows)
+        return
+    with db.wrap_database_errors:
+        cursor = db.connection.cursor()
+        try:
+            for insert, rows in inserts:
+                cursor.executemany(insert.driver_sql, rows)
+        finally:
+            cursor.close()
 
 
 def _one_round_trip(db: Any) -> contextlib.AbstractContextManager[Any]:
@@ -687,6 +727,7 @@ class _Insert(NamedTuple):
     steps one prepared statement in C."""
 
     sql: str
+    driver_sql: str  # `sql` in the driver's placeholder style (`fastsql.driver_sql`)
     fields: list[models.Field]
     converted: tuple[tuple[int, Callable[[Any, Any], Any]], ...]
     values_of: Callable[[Any], tuple[Any, ...]]
@@ -712,8 +753,10 @@ def _insert_sql(model: type[models.Model]) -> _Insert:
     # Bytes go to either driver as they are (a BLOB, a bytea), as the field's conversion (a `Binary` wrapper) sends
     # them.
     plain = (models.CharField, models.TextField, models.IntegerField, models.BinaryField)
+    sql = f"INSERT INTO {quote(model._meta.db_table)} ({columns}) VALUES ({marks})"
     return _Insert(
-        sql=f"INSERT INTO {quote(model._meta.db_table)} ({columns}) VALUES ({marks})",
+        sql=sql,
+        driver_sql=fastsql.driver_sql(sql),
         fields=fields,
         converted=tuple(
             (index, _conversion(field)) for index, field in enumerate(fields) if not isinstance(field, plain)

@@ -5,7 +5,9 @@ thread-sharing check, the execute-wrapper chain, and on SQLite a regular express
 placeholder as `?`. Here the statement is written in the driver's placeholder style once (`driver_sql`), run
 on the connection Django already holds for this thread, and any driver error is still raised as Django's
 (`DatabaseError` and its kin), so callers catch what they always caught. Only reads go this way: writes keep
-Django's cursor, where tests and execute wrappers can see them.
+Django's cursor, where tests and execute wrappers can see them (the one exception, a group-committed audit
+batch's INSERTs on SQLite, takes the driver's cursor only while no execute wrapper or query log watches:
+`audit.services._insert_alone`).
 """
 
 from __future__ import annotations

@@ -10,11 +10,13 @@ import threading
 
 import pytest
 from django.db import DatabaseError, connection, transaction
+from psycopg import pq
 
 from audit import services
 from audit.models import AuditEvent, EventKind
 from audit.services import record
 from forge_core.errors import AuditUnavailable
+from forge_core.sqlite import base as sqlite_base
 from tests.audit.helpers import audit_verify, mirror_lines
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -160,6 +162,66 @@ def test_a_database_refusal_fails_the_batch_and_the_next_caller_appends_again(mi
 
     assert record(EventKind.TOOL_CALL, tool="test.after").seq == 1
     assert audit_verify().startswith("ok")
+
+
+def in_a_transaction(db) -> bool:
+    """Whether the driver's connection under Django's `db` has a transaction open (Django's own state aside)."""
+    if db.vendor == "postgresql":
+        return db.connection.info.transaction_status != pq.TransactionStatus.IDLE
+    return db.connection.in_transaction
+
+
+def test_a_refused_batch_leaves_no_transaction_open_and_the_write_lock_free(mirror_path):
+    """A batch begins and commits its own transaction, outside Django's atomic(): one that fails is rolled back
+    there, so the next statement of the thread does not run inside what it left."""
+
+    def refuse(execute, sql, params, many, context):
+        if sql.lstrip().upper().startswith("INSERT") and "audit_audittreenode" in sql:
+            raise DatabaseError("refused by the test")
+        return execute(sql, params, many, context)
+
+    record(EventKind.TOOL_CALL, tool="test.first")
+    with connection.execute_wrapper(refuse), pytest.raises(AuditUnavailable):
+        record(EventKind.TOOL_CALL, tool="test.refused")
+
+    assert not in_a_transaction(connection)
+    assert not sqlite_base.WRITE_LOCK.locked()
+    assert list(AuditEvent.objects.values_list("tool", flat=True)) == ["test.first"]
+    assert record(EventKind.TOOL_CALL, tool="test.after").seq == 2
+    assert audit_verify().startswith("ok 2 events")
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's batches send their INSERTs on the driver's cursor")
+def test_a_batch_refused_on_the_drivers_cursor_fails_closed_and_leaves_no_transaction_open(mirror_path):
+    """With nothing watching Django's cursor, a SQLite batch's INSERTs go on the driver's: a refusal there (a trigger,
+    since no execute wrapper sees them) still fails the batch, rolls it back and lets go of the write lock."""
+    record(EventKind.TOOL_CALL, tool="test.first")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE TRIGGER refuse_nodes BEFORE INSERT ON audit_audittreenode BEGIN SELECT RAISE(ABORT, 'refused'); END"
+        )
+    try:
+        assert not connection.execute_wrappers and not connection.queries_logged
+        with pytest.raises(AuditUnavailable, match="refused"):
+            record(EventKind.TOOL_CALL, tool="test.refused")
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TRIGGER refuse_nodes")
+
+    assert not in_a_transaction(connection)
+    assert not sqlite_base.WRITE_LOCK.locked()
+    assert record(EventKind.TOOL_CALL, tool="test.after").seq == 2
+    assert audit_verify().startswith("ok 2 events")
+
+
+def test_a_checkpoint_due_in_a_batch_is_kept_beside_the_mirror_once_committed(settings, mirror_path):
+    settings.FORGE_AUDIT_CHECKPOINT_EVENTS = 2
+
+    record(EventKind.TOOL_CALL, tool="test.first")
+    record(EventKind.TOOL_CALL, tool="test.second")
+
+    assert services.kept_size() == 2
+    assert not in_a_transaction(connection)
 
 
 def test_inside_a_transaction_the_row_commits_with_the_callers_changes_or_not_at_all():
