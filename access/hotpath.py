@@ -36,6 +36,7 @@ class PreparedSelect:
         self.conversions: list[tuple[int, Any, list[Any]]] = []  # the columns whose value needs converting
         self.datetimes: list[int] = []  # the columns converted by SQLite's datetime converter alone
         selected: list[str] = []
+        sqlite_datetime = [_sqlite_datetime()] if connection.vendor == "sqlite" else None
         for model in models:
             table = model._meta.db_table
             fields = model._meta.concrete_fields
@@ -43,7 +44,7 @@ class PreparedSelect:
             for position, field in enumerate(fields, start=start):
                 column = field.get_col(table)
                 converters = connection.ops.get_db_converters(column) + column.get_db_converters(connection)
-                if [getattr(convert, "__func__", None) for convert in converters] == [_sqlite_datetime()]:
+                if [getattr(convert, "__func__", None) for convert in converters] == sqlite_datetime:
                     self.datetimes.append(position)
                 elif converters:
                     self.conversions.append((position, column, converters))
@@ -70,8 +71,9 @@ class PreparedSelect:
 
 
 def _sqlite_datetime() -> Any:
-    """Django's SQLite datetime converter, whose work `_convert_datetimes` does (imported when a select is prepared:
-    imported with this module, it made a circular import while Django loaded the database backend)."""
+    """Django's SQLite datetime converter, whose work `_convert_datetimes` does: imported when a select is prepared on
+    SQLite, whose backend is loaded by then (imported with this module, or on another backend, its module started a
+    circular import of the SQLite backend)."""
     from django.db.backends.sqlite3.operations import DatabaseOperations
 
     return DatabaseOperations.convert_datetimefield_value

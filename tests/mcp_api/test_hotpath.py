@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from datetime import timedelta
 
@@ -11,6 +13,7 @@ from django.utils import timezone
 from access import hotpath
 from access.models import ClientToken, McpSession, Transport
 from access.services import do_end_session, do_open_session, do_switch_mcp
+from tests.live import ROOT
 
 pytestmark = pytest.mark.django_db
 
@@ -130,3 +133,22 @@ def test_a_token_kept_past_its_request_does_not_carry_its_reading_of_the_switch_
 
     assert not hotpath.mcp_enabled(token)
     assert not hotpath.mcp_enabled()  # and without a token, the switch as it is
+
+
+def test_the_prepared_reads_are_made_on_postgresql_in_a_process_without_the_sqlite_backend(tmp_path):
+    # Preparing a select looked for SQLite's datetime converter on every backend, and importing it where the SQLite
+    # backend was not loaded yet began a circular import: every call on PostgreSQL failed (HTTP 500). Preparing
+    # needs no connection, so the database named need not exist.
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "FORGE_DATA_DIR": str(tmp_path),
+        "DJANGO_SETTINGS_MODULE": "forge_site.settings",
+        "DATABASE_URL": "postgres://nobody@127.0.0.1:1/none",
+    }
+    code = (
+        "import sys, django; django.setup(); from access import hotpath; "
+        "hotpath._token_select(True); hotpath._token_select(False); "
+        "print('django.db.backends.sqlite3.base' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr[-2000:]
