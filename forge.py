@@ -12,6 +12,7 @@ apt-get (Playwright's own browser download is never used); otherwise those tests
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
@@ -206,8 +207,12 @@ def manage(*args: str) -> None:
 
 
 def up(argv: list[str]) -> None:
-    host = os.environ.get("FORGE_HOST", "127.0.0.1")
-    port = os.environ.get("FORGE_PORT", "8000")
+    # `--host` / `--port` among the arguments win over FORGE_HOST / FORGE_PORT, for the printed URLs as for the server.
+    where = argparse.ArgumentParser(add_help=False)
+    where.add_argument("--host", default=os.environ.get("FORGE_HOST", "127.0.0.1"))
+    where.add_argument("--port", default=os.environ.get("FORGE_PORT", "8000"))
+    chosen, argv = where.parse_known_args(argv)
+    host, port = chosen.host, chosen.port
     ensure_environment(dev=False)
     manage("migrate", "--noinput", "-v", "0")
     manage("demo_setup", "--host", host, "--port", port)

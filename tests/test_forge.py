@@ -185,6 +185,15 @@ def test_up_after_test_neither_makes_the_venv_again_nor_installs_anything(comman
     ]
 
 
+def test_up_serves_and_prints_the_host_and_port_given_as_arguments(commands, installs, monkeypatch):
+    monkeypatch.setenv("FORGE_PORT", "8100")
+    with pytest.raises(Exec) as served:
+        forge.up(["--port", "9000", "--host=127.0.0.2", "--server", "uvicorn"])
+
+    assert ["demo_setup", "--host", "127.0.0.2", "--port", "9000"] in [command[2:] for command in commands]
+    assert served.value.args[0][2:] == ["runmcp", "--host", "127.0.0.2", "--port", "9000", "--server", "uvicorn"]
+
+
 # --- the demo operator's password -------------------------------------------------------------------
 
 DEMO_FILES = ("demo-operator-password", "demo-token")
