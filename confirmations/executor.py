@@ -37,9 +37,8 @@ from functools import cache
 from typing import Any
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, IntegrityError, connection, transaction
-from django.db.models import Field, Model, QuerySet
-from django.db.models.query import get_related_populators  # type: ignore[attr-defined]  # not in django-stubs
+from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.db.models import Field
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -57,6 +56,7 @@ from confirmations.models import (
     PendingConfirmation,
     TargetReservation,
 )
+from forge_core import fastsql
 from forge_core.capabilities import (
     Capability,
     ExecutionRefused,
@@ -132,55 +132,10 @@ def executor_identity() -> str:
 # --- loading and the one transition function ------------------------------------------------------
 
 
-class PreparedRead:
-    """A read of whole records by their id that every approval or move makes (a contract's record locked, its event
-    chain, a confirmation locked or read again with who asked and who approved), compiled by the ORM once and then
-    sent as that SQL with the id: compiling it again each time cost more than its round trip. The rows become
-    records as the ORM makes them (its converters, `from_db`, the related records its `select_related` joined and its
-    annotations),
-    through Django's cursor, so query capture and execute wrappers see the read as any other."""
-
-    def __init__(self, queryset_of: Callable[[Any], QuerySet[Any]], key: Field[Any, Any]) -> None:
-        # `key`, the field the id is compared with (a contract's for its events), prepares the id as the ORM would.
-        self._queryset_of, self._key = queryset_of, key
-        self._compiled: tuple[type[Model], str, list[str], int, int, list[Any], list[Any], list[Any]] | None = None
-
-    def __call__(self, key: Any) -> list[Any]:
-        if self._compiled is None:
-            # Compiled with the first id; only the SQL (its placeholder) is kept, never that id.
-            queryset = self._queryset_of(key)
-            compiler = queryset.query.get_compiler(DEFAULT_DB_ALIAS)
-            sql, params = compiler.as_sql()
-            if len(params) != 1:
-                raise RuntimeError(f"a prepared read takes its id as its one parameter, not {len(params)}")
-            start, end = compiler.klass_info["select_fields"][0], compiler.klass_info["select_fields"][-1] + 1
-            attnames = [column.target.attname for column, _sql, _alias in compiler.select[start:end]]
-            converters = list(compiler.get_converters([column for column, _sql, _alias in compiler.select]).items())
-            related = get_related_populators(compiler.klass_info, compiler.select, DEFAULT_DB_ALIAS)
-            annotations = list(compiler.annotation_col_map.items())
-            self._compiled = queryset.model, sql, attnames, start, end, converters, related, annotations
-        model, sql, attnames, start, end, converters, related, annotations = self._compiled
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [self._key.get_db_prep_value(key, connection)])
-            rows = cursor.fetchall()
-        found = []
-        for row in map(list, rows):
-            for position, (convert, column) in converters:
-                for converter in convert:
-                    row[position] = converter(row[position], column, connection)
-            record = model.from_db(DEFAULT_DB_ALIAS, attnames, row[start:end])
-            for populator in related:
-                populator.populate(row, record)
-            for name, position in annotations:
-                setattr(record, name, row[position])
-            found.append(record)
-        return found
-
-
-_locked_record = PreparedRead(
+_locked_record = fastsql.PreparedRead(
     lambda contract_id: Contract.objects.select_for_update().filter(pk=contract_id), Contract._meta.pk
 )
-_event_chain = PreparedRead(
+_event_chain = fastsql.PreparedRead(
     lambda contract_id: ContractEvent.objects.filter(contract_id=contract_id).order_by("version"), Contract._meta.pk
 )
 

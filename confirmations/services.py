@@ -40,7 +40,7 @@ from confirmations.models import (
     PendingConfirmation,
     TransitionRefused,
 )
-from forge_core import rights
+from forge_core import fastsql, rights
 from forge_core.canonical import canonical_json
 from forge_core.capabilities import sentence
 from forge_core.errors import Refusal
@@ -170,12 +170,12 @@ def _move(confirmation: PendingConfirmation, to: str, **changes: Any) -> Pending
     return confirmation
 
 
-# Every decision and every approval make these two reads: compiled once (`executor.PreparedRead`).
-_locked_record = executor.PreparedRead(
+# Every decision and every approval make these two reads: compiled once (`fastsql.PreparedRead`).
+_locked_record = fastsql.PreparedRead(
     lambda confirmation_id: PendingConfirmation.objects.defer(None).select_for_update().filter(pk=confirmation_id),
     PendingConfirmation._meta.pk,
 )
-_with_who_asked_and_approved = executor.PreparedRead(
+_with_who_asked_and_approved = fastsql.PreparedRead(
     lambda confirmation_id: PendingConfirmation.objects.select_related("principal", "decided_by").filter(
         pk=confirmation_id
     ),

@@ -20,8 +20,8 @@ from django.db.models.expressions import RawSQL
 
 from access.services import record_refused_token, record_token_event
 from audit.models import EventKind
-from confirmations import executor
 from console.models import OperatorToken
+from forge_core import fastsql
 from forge_core.console import in_operators_group_sql, is_operator
 from forge_core.tokens import OPERATOR_TOKEN_PREFIX, mint_token, presented_digest
 
@@ -70,8 +70,8 @@ def _tokens_with_membership() -> QuerySet[OperatorToken]:
     )
 
 
-# Compiled once (`executor.PreparedRead`): building it with the ORM at every request cost more than its round trip.
-_token_by_digest = executor.PreparedRead(
+# Compiled once (`fastsql.PreparedRead`): building it with the ORM at every request cost more than its round trip.
+_token_by_digest = fastsql.PreparedRead(
     lambda digest: _tokens_with_membership().filter(digest=digest), OperatorToken._meta.get_field("digest")
 )
 
