@@ -31,7 +31,7 @@ from forge_core.canonical import canonical_json
 from forge_core.capabilities import IntentRefused, Observation, Step, TargetMissing
 from projects import drafts, operations
 from projects.files import PathOutsideRoot, inside_root, write_atomically
-from projects.models import Project
+from projects.models import Project, project_by_slug, project_by_slug_locked
 from projects.plcopen import documents
 from projects.recent import RecentValues
 
@@ -44,12 +44,12 @@ _registrations: ContextVar[dict[str, list[tuple[str, str]]] | None] = ContextVar
 
 
 def _registered(slug: str) -> list[tuple[str, str]]:
-    """The (slug, path) of the projects registered under `slug` (at most two), as the change under way first read
-    them; read now outside a change."""
+    """The (slug, path) of the project registered under `slug` (none or one: slugs are unique), as the change under
+    way first read them; read now outside a change."""
     seen = _registrations.get()
     if seen is not None and slug in seen:
         return seen[slug]
-    found = list(Project.objects.filter(slug=slug).values_list("slug", "path")[:2])
+    found = [(project.slug, project.path) for project in project_by_slug(slug)]
     if seen is not None:
         seen[slug] = found
     return found
@@ -176,7 +176,10 @@ def do_record_written(slug: str, fingerprint: str, *, actor: str, label: str) ->
     """The file now holds a change the executor wrote: that is the project's next accepted revision. Inside the
     executor's VERIFIED transaction it takes no savepoint: a failure here fails that transaction as a whole."""
     with transaction.atomic(savepoint=False):
-        project = Project.objects.select_for_update().get(slug=slug)
+        locked = project_by_slug_locked(slug)
+        if not locked:
+            raise Project.DoesNotExist(f"there is no project {slug!r}")
+        project = locked[0]
         if project.fingerprint != fingerprint:
             project.advance_revision(fingerprint)
         # Kept for the transaction's batch of audit rows when it has one (the executor's VERIFIED move: after the

@@ -16,7 +16,7 @@ from __future__ import annotations
 from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import QuerySet
 
-from projects.models import Project
+from projects.models import Project, project_by_slug
 
 # Each check takes whoever a request comes from, as request.user is typed: the anonymous user holds no
 # permission, so it is refused (and audited where it is an attempt) like any other user without one.
@@ -54,7 +54,7 @@ def visible_projects(user: User | AnonymousUser) -> QuerySet[Project]:
 
 
 def _by_slug(slug: str) -> Project | None:
-    return Project.objects.filter(slug=slug).first()
+    return next(iter(project_by_slug(slug)), None)
 
 
 def can_view_slug(user: User | AnonymousUser, slug: str) -> bool:
