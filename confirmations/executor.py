@@ -239,9 +239,39 @@ def _reserve_sql() -> tuple[str, list[Field[Any, Any]]]:
     return sql, fields
 
 
+def _release(contract: Contract) -> None:
+    """`TargetReservation.objects.filter(contract=contract).delete()`, as its statement written once (a reservation
+    has no signal receivers and nothing refers to it, so the ORM's delete is this one statement too)."""
+    quote = connection.ops.quote_name
+    table, column = quote(TargetReservation._meta.db_table), quote(TargetReservation._meta.get_field("contract").column)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"DELETE FROM {table} WHERE {column} = %s", [Contract._meta.pk.get_db_prep_value(contract.pk, connection)]
+        )
+
+
 # A move's writes are the same statements at every move: written once (`_event_insert_sql`, `_update_sql`) and
 # sent through Django's cursor with the values the ORM would send (each field's `pre_save` and `get_db_prep_save`),
 # where `save()` compiled them anew each time. Contracts and their events have no signal receivers to skip.
+
+
+@cache
+def _contract_insert_sql() -> tuple[str, list[Field[Any, Any]]]:
+    """The insert of a contract's record (every field, its id made here), with its fields in column order."""
+    fields = list(Contract._meta.concrete_fields)
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(field.column) for field in fields)
+    marks = ", ".join(["%s"] * len(fields))
+    return f"INSERT INTO {quote(Contract._meta.db_table)} ({columns}) VALUES ({marks})", fields
+
+
+def _record(contract: Contract) -> None:
+    """`contract.save(force_insert=True)`, as its statement written once: a second record of the same idempotency
+    key fails on its unique key as the ORM's insert would (IntegrityError)."""
+    sql, fields = _contract_insert_sql()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [field.get_db_prep_save(field.pre_save(contract, True), connection) for field in fields])
+    contract._state.adding, contract._state.db = False, connection.alias
 
 
 @cache
@@ -328,7 +358,7 @@ def transition(
         elif from_state in RESERVING_STATES:
             # Only a reserving state holds a reservation: it is made on entering one and released on leaving
             # it, each in its transition's transaction.
-            TargetReservation.objects.filter(contract=current).delete()
+            _release(current)
         _append_event(current, from_state, actor, reason, previous=previous)
         if inside is not None:
             inside(current)
@@ -418,7 +448,7 @@ def prepare(
     recorded = False
     try:
         with transaction.atomic(), audited_together():
-            contract.save(force_insert=True)
+            _record(contract)
             recorded = True
             first = _append_event(contract, "", actor, "recorded", previous="")
             if refusal is not None:

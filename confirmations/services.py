@@ -23,8 +23,8 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ValidationError
-from django.db import transaction
-from django.db.models import Q, QuerySet
+from django.db import connection, transaction
+from django.db.models import Field, Q, QuerySet
 from django.db.models.signals import post_save
 from django.utils import timezone
 
@@ -480,6 +480,24 @@ def _carry_out(confirmation: PendingConfirmation, actor: str) -> PendingConfirma
     return _finish(confirmation, contract)
 
 
+def _update_if_approved(confirmation_id: Any, changes: Mapping[str, Any]) -> bool:
+    """`PendingConfirmation.objects.filter(pk=..., state=approved).update(**changes)`, as the one statement it makes
+    written out here, with the values the ORM's update sends: compiling the update at each approval cost more than
+    its round trip. Whether it moved the record."""
+    fields = [field for name in changes if isinstance(field := PendingConfirmation._meta.get_field(name), Field)]
+    quote = connection.ops.quote_name
+    assignments = ", ".join(f"{quote(field.column)} = %s" for field in fields)
+    table = quote(PendingConfirmation._meta.db_table)
+    key, state = quote(PendingConfirmation._meta.pk.column), quote(PendingConfirmation._meta.get_field("state").column)
+    values = [field.get_db_prep_save(changes[field.name], connection) for field in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET {assignments} WHERE {key} = %s AND {state} = %s",
+            [*values, PendingConfirmation._meta.pk.get_db_prep_value(confirmation_id, connection), C.APPROVED],
+        )
+        return bool(cursor.rowcount == 1)
+
+
 def _executed(confirmation: PendingConfirmation, contract: Contract, settled: Mapping[str, Any]) -> PendingConfirmation:
     """Inside the contract's VERIFIED transaction: the confirmation is executed, with its result. The move is
     checked against its state as stored (a recovery may have settled it meanwhile): one UPDATE that moves it only
@@ -498,9 +516,9 @@ def _executed(confirmation: PendingConfirmation, contract: Contract, settled: Ma
         },
     }
     changes = {"state": C.EXECUTED, "finished_at": timezone.now(), "outcome": outcome}
-    stored = PendingConfirmation.objects.filter(pk=confirmation.pk)
-    if not stored.filter(state=C.APPROVED).update(**changes):
+    if not _update_if_approved(confirmation.pk, changes):
         # Refused as `_move` refuses it (only the refusal reads the state it found).
+        stored = PendingConfirmation.objects.filter(pk=confirmation.pk)
         PendingConfirmation.check_transition(stored.values_list("state", flat=True).get(), C.EXECUTED)
         raise TransitionRefused(f"confirmation {confirmation.id} left approved while it was executed")
     for name, value in changes.items():
@@ -512,7 +530,7 @@ def _executed(confirmation: PendingConfirmation, contract: Contract, settled: Ma
         created=False,
         update_fields=frozenset(changes),
         raw=False,
-        using=stored.db,
+        using=connection.alias,
     )
     _announce(executed)
     _audit(executed, EventKind.CONFIRMATION_DECIDED, C.EXECUTED, called_by="executor")
