@@ -165,7 +165,7 @@ def _move(confirmation: PendingConfirmation, to: str, **changes: Any) -> Pending
     for name, value in changes.items():
         setattr(confirmation, name, value)
     # Only what the move changes: the rest (the preview with its diff above all) is as it was sealed.
-    confirmation.save(update_fields=["state", *changes])
+    fastsql.save_fields(confirmation, ("state", *changes))
     _announce(confirmation)
     return confirmation
 

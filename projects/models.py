@@ -36,7 +36,7 @@ class Project(models.Model):
         self.fingerprint = fingerprint
         self.accepted_revision += 1
         self.updated_at = timezone.now()
-        self.save(update_fields=["fingerprint", "accepted_revision", "updated_at"])
+        fastsql.save_fields(self, ("fingerprint", "accepted_revision", "updated_at"))
 
 
 # The project by its slug (none or one, the slug being unique). Every approval reads it three times: for the decider's
