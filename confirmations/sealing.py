@@ -69,7 +69,22 @@ def clear_key_cache() -> None:
     _artifact_key.cache_clear()
 
 
+def _nfc(text: str) -> str:
+    # ASCII text is NFC already, and nearly all of a record's text is ASCII: it goes as it is.
+    return text if text.isascii() else unicodedata.normalize("NFC", text)
+
+
 def _canonical(value: Any) -> Any:
+    kind = type(value)
+    if kind is str:
+        return _nfc(value)
+    if kind is dict:
+        canonical = {_nfc(str(k)): _canonical(v) for k, v in value.items()}
+        if len(canonical) != len(value):
+            raise NotCanonical("two keys are the same text once normalized (NFC)")
+        return canonical
+    if kind is list:
+        return [_canonical(v) for v in value]
     if isinstance(value, bool) or value is None or isinstance(value, int):
         return value
     if isinstance(value, float):
