@@ -12,6 +12,7 @@ Instructions: run that under `valgrind --tool=callgrind --instr-atstart=no --cal
 FORGE_PROBE_CALLGRIND=1 the probe switches the count on only around each approval (valgrind.h's
 CALLGRIND_START/STOP_INSTRUMENTATION, built with `cc`, called through ctypes); the output file's total
 (`callgrind_annotate`) divided by FORGE_PROBE_N is the figure.
+The CPU figure is this thread's (`time.thread_time`), the median over the approvals.
 `FORGE_PROBE_PROFILE=1` prints a cProfile of the counted approvals by own time instead.
 """
 
@@ -94,6 +95,7 @@ def test_probe_approvals(cast, project) -> None:
     warm = ask(cast.caretaker, project, name="warm")
     do_approve_confirmation(warm.pk, acting_user=cast.operator.user)
     statements = waits = 0
+    cpu: list[float] = []
     for index in range(n):
         pending = ask(cast.caretaker, project, name=f"v{index}")
         capability._results.clear()
@@ -105,8 +107,10 @@ def test_probe_approvals(cast, project) -> None:
             if profile is not None:
                 profile.enable()
             start()
+            began = time.thread_time()
             done = do_approve_confirmation(pending.pk, acting_user=operator)
             ConfirmationDetail(done).data  # noqa: B018  # the answer, as the view makes it
+            cpu.append(time.thread_time() - began)
             stop()
             if profile is not None:
                 profile.disable()
@@ -116,7 +120,10 @@ def test_probe_approvals(cast, project) -> None:
         if os.environ.get("FORGE_PRINT_STATEMENTS") and index == 0:
             for query in queries.captured_queries:
                 print(query["sql"][:200])
-    print(f"\n{connection.vendor}: {n} approvals, {statements / n:.1f} statements, {waits / n:.1f} psycopg waits each")
+    print(
+        f"\n{connection.vendor}: {n} approvals, {statements / n:.1f} statements, {waits / n:.1f} psycopg waits, "
+        f"CPU {sorted(cpu)[len(cpu) // 2] * 1000:.2f} ms (median) each"
+    )
     if profile is not None:
         pstats.Stats(profile).sort_stats("tottime").print_stats(45)
         if os.environ.get("FORGE_PROBE_PROFILE_OUT"):
