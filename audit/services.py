@@ -178,8 +178,29 @@ def _sealed_texts(event: AuditEvent) -> tuple[str, str]:
     general way (`audit.verify`), so the two cannot drift unnoticed."""
     head, tail = _line_parts(event)
     body = f"{{{head},{tail}}}"
-    event.mac = hmac.digest(keys.hmac_key(), event.prev_mac.encode() + body.encode(), "sha256").hex()
+    mac = _keyed_mac()
+    mac.update(event.prev_mac.encode())
+    mac.update(body.encode())
+    event.mac = mac.hexdigest()
     return body, _line(head, event.mac, tail)
+
+
+def _keyed_mac() -> hmac.HMAC:
+    """A fresh HMAC-SHA256 under the audit key, nothing fed to it yet: a copy of one keyed once per key.
+
+    `hmac.digest(key, message, "sha256")` keys a new MAC on every call (in OpenSSL 3 it also looks the algorithm up
+    each time), about 30 K instructions a row; a copy of a keyed context and two updates take about half that.
+    The context kept is for the key `keys.hmac_key()` gives now (cached: the same object until its cache is
+    cleared), and is never fed itself, so the threads that copy it at once share nothing that changes."""
+    global _KEYED
+    key = keys.hmac_key()
+    keyed = _KEYED
+    if keyed is None or keyed[0] is not key:
+        keyed = _KEYED = (key, hmac.new(key, digestmod="sha256"))
+    return keyed[1].copy()
+
+
+_KEYED: tuple[bytes, hmac.HMAC] | None = None
 
 
 def _line_parts(event: AuditEvent) -> tuple[str, str]:
@@ -310,7 +331,7 @@ def _append_in_transaction(events: list[AuditEvent]) -> None:
     # there is nothing to roll back to; and a savepoint costs two statements (round trips on PostgreSQL).
     try:
         with transaction.atomic(savepoint=False):
-            _append(events, locked_chain_head())
+            _append(events, locked_chain_head(), connections[DEFAULT_DB_ALIAS])
     except (DatabaseError, MirrorError) as exc:
         raise AuditUnavailable(str(exc)) from exc
 
@@ -330,7 +351,7 @@ def _append_alone(events: list[AuditEvent]) -> None:
         return
     try:
         try:
-            _append(events, _begin_alone(db))
+            _append(events, _begin_alone(db), db)
         except BaseException:
             _roll_back(db)
             raise
@@ -345,7 +366,13 @@ def _begin_alone(db: Any) -> tuple[int, str]:
     if db.vendor == "postgresql":
         return begun_locked_chain_head()
     db._start_transaction_under_autocommit()
-    return chain_head()
+    with db.wrap_database_errors:  # the connection is open (BEGIN went on it) and in no broken transaction
+        cursor = db.connection.cursor()
+        try:
+            last = cursor.execute(_last_row_sql()).fetchone()
+        finally:
+            cursor.close()
+    return (last[0], last[1]) if last else (0, GENESIS_MAC)
 
 
 def _commit_alone(db: Any) -> None:
@@ -513,16 +540,15 @@ def begun_locked_chain_head() -> tuple[int, str]:
     return (last[0], last[1]) if last else (0, GENESIS_MAC)
 
 
-def _append(events: list[AuditEvent], head: tuple[int, str]) -> None:
+def _append(events: list[AuditEvent], head: tuple[int, str], db: Any) -> None:
     """Append `events` at the chain's `head` (its last seq and MAC, read under the chain lock), in this order, inside
-    the caller's transaction and chain lock: their rows and tree nodes (one INSERT of each kind for the batch),
+    the caller's transaction and chain lock on `db` (this thread's connection, looked up once by the caller): their rows and tree nodes (one INSERT of each kind for the batch),
     then their mirror lines with one fsync, then any checkpoint that falls due.
 
     On a connection Django keeps in autocommit (PostgreSQL only: `_append_alone`, which began the transaction),
     the append commits the transaction itself: the mirror's lines are written and synced first, then the INSERTs
     and COMMIT go as one script, one round trip. A commit that fails then leaves lines past the database's end,
     as one that fails after the sync always could; the next append sets them aside (`Mirror.append`)."""
-    db = connections[DEFAULT_DB_ALIAS]  # this thread's connection, looked up once rather than per field
     commits = db.get_autocommit()  # the batch's own transaction (`_append_alone`), committed here
     size, prev_mac = head
     first, first_prev_mac = size + 1, prev_mac

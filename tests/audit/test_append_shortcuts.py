@@ -129,7 +129,9 @@ def test_a_head_read_after_waiting_for_the_lock_sees_the_append_that_held_it():
         try:
             with transaction.atomic():
                 services._append(
-                    [fastsql.built(AuditEvent, kind="tool_call", tool="holder")], services.locked_chain_head()
+                    [fastsql.built(AuditEvent, kind="tool_call", tool="holder")],
+                    services.locked_chain_head(),
+                    connection,
                 )
                 holding.set()
                 time.sleep(0.3)
@@ -162,7 +164,9 @@ def test_a_row_the_database_refuses_fails_the_append_with_djangos_error_and_writ
     lines = mirror_lines(mirror_path)
 
     with pytest.raises(IntegrityError), transaction.atomic():  # a stale head: seq 1 is taken
-        services._append([fastsql.built(AuditEvent, kind="tool_call", tool="stale")], (0, services.GENESIS_MAC))
+        services._append(
+            [fastsql.built(AuditEvent, kind="tool_call", tool="stale")], (0, services.GENESIS_MAC), connection
+        )
 
     assert mirror_lines(mirror_path) == lines
     assert list(AuditEvent.objects.values_list("seq", flat=True)) == [1]
