@@ -186,6 +186,16 @@ def test_an_appended_rows_time_and_tree_nodes_are_stored_as_djangos_own_conversi
     assert stored_nodes() == nodes_recomputed()
 
 
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's storage classes")
+@pytest.mark.django_db
+def test_tree_node_hashes_are_stored_on_sqlite_as_blobs_of_their_bytes():
+    append_events(3)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT DISTINCT typeof(hash), length(hash) FROM audit_audittreenode")
+        assert cursor.fetchall() == [("blob", 32)]
+    assert stored_nodes() == nodes_recomputed()
+
+
 @pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's stored text of a time")
 @pytest.mark.parametrize(
     "ts",
