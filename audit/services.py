@@ -283,8 +283,9 @@ def record(kind: EventKind | str, **fields: Unpack[EventFields]) -> AuditEvent:
     all. Outside one (a read-only tool call, a refusal) it is group-committed: rows that arrive together
     share one chain lock, one transaction and one mirror fsync (`_GroupCommit`)."""
     event = _event(kind, fields)
-    if not connection.in_atomic_block:
-        return _GROUP.append(event)
+    db = connections[DEFAULT_DB_ALIAS]  # this thread's connection, looked up once: the batch it leads goes on it
+    if not db.in_atomic_block:
+        return _GROUP.append(event, db)
     _append_in_transaction([event])
     return event
 
@@ -336,8 +337,9 @@ def _append_in_transaction(events: list[AuditEvent]) -> None:
         raise AuditUnavailable(str(exc)) from exc
 
 
-def _append_alone(events: list[AuditEvent]) -> None:
-    """Append `events` in a transaction of their own and commit it (the group commit's batch).
+def _append_alone(events: list[AuditEvent], db: Any) -> None:
+    """Append `events` in a transaction of their own on `db` (this thread's connection) and commit it (the group
+    commit's batch).
 
     The transaction is the append's own, not Django's atomic(), whose bookkeeping (autocommit switched off and on,
     the commit's checks and hooks, each through Django's thread-safety wrappers) cost a lone row more CPU than its
@@ -345,7 +347,6 @@ def _append_alone(events: list[AuditEvent]) -> None:
     `_append` commits it once the mirror's lines are synced, and anything that stops the append rolls it back here.
     On PostgreSQL that is two round trips where atomic() took four: BEGIN goes in the script that takes the chain
     lock and reads the head, and the INSERTs and COMMIT go as one script."""
-    db = connections[DEFAULT_DB_ALIAS]
     if not db.get_autocommit() or (db.vendor == "postgresql" and _binds_on_the_server(db)):
         _append_in_transaction(events)
         return
@@ -405,10 +406,11 @@ def _roll_back(db: Any) -> None:
 class _Waiting:
     """One row waiting in the group commit, and what its caller is told."""
 
-    __slots__ = ("error", "event", "lead", "next", "ready")
+    __slots__ = ("db", "error", "event", "lead", "next", "ready")
 
-    def __init__(self, event: AuditEvent) -> None:
+    def __init__(self, event: AuditEvent, db: Any) -> None:
         self.event = event
+        self.db = db  # the caller's connection, on which it appends the batch it leads, if it leads one
         # Held until the caller may go on, then released once: by the caller woken before it in its batch, or by
         # the leader that hands it the lead (a leader also waits on it while it gathers its batch). A bare lock,
         # not a threading.Event: its Python-level condition cost each row microseconds that a batch's callers
@@ -451,8 +453,8 @@ class _GroupCommit:
         self.last_batch = 1
         self.gathering: _Waiting | None = None  # a leader waiting for its batch to fill, woken by who fills it
 
-    def append(self, event: AuditEvent) -> AuditEvent:
-        me = _Waiting(event)
+    def append(self, event: AuditEvent, db: Any) -> AuditEvent:
+        me = _Waiting(event, db)
         with self.mutex:
             self.waiting.append(me)
             first = not self.leading
@@ -484,7 +486,7 @@ class _GroupCommit:
             self.last_batch = len(batch)
         failure: AuditUnavailable | None = AuditUnavailable("the audit batch was interrupted")
         try:
-            _append_alone([waiting.event for waiting in batch])
+            _append_alone([waiting.event for waiting in batch], me.db)
             failure = None
         except AuditUnavailable as exc:
             failure = exc
