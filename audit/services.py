@@ -362,15 +362,23 @@ def _append_alone(events: list[AuditEvent], db: Any) -> None:
 
 def _begin_alone(db: Any) -> tuple[int, str]:
     """Begin the batch's transaction on `db`, in autocommit, and read the chain head under its lock: on PostgreSQL
-    in one round trip (`begun_locked_chain_head`); on SQLite as every transaction begins (the process's write lock,
-    then BEGIN IMMEDIATE: `forge_core.sqlite`), which is the chain lock."""
+    in one round trip (BEGIN, the lock and the head read as one script, `_begun_locked_head_sql`); on SQLite as
+    every transaction begins (the process's write lock, then BEGIN IMMEDIATE: `forge_core.sqlite`), which is the
+    chain lock. The head is read on `db`'s own driver connection, as `fastsql` reads, without looking `db` up again
+    (`get_autocommit()` opened it, and a connection in autocommit has no broken transaction to check for)."""
     if db.vendor == "postgresql":
-        return begun_locked_chain_head()
-    db._start_transaction_under_autocommit()
-    with db.wrap_database_errors:  # the connection is open (BEGIN went on it) and in no broken transaction
+        script = _begun_locked_head_sql()
+    else:
+        db._start_transaction_under_autocommit()
+        script = _last_row_sql()
+    with db.wrap_database_errors:
         cursor = db.connection.cursor()
         try:
-            last = cursor.execute(_last_row_sql()).fetchone()
+            cursor.execute(script)
+            if db.vendor == "postgresql":  # the script's last statement's rows (SQLite's cursor runs one statement)
+                while cursor.nextset():
+                    pass
+            last = cursor.fetchone()
         finally:
             cursor.close()
     return (last[0], last[1]) if last else (0, GENESIS_MAC)
@@ -532,13 +540,6 @@ def locked_chain_head() -> tuple[int, str]:
     if connection.vendor != "postgresql":
         return chain_head()
     last = fastsql.fetchone_of_script(_locked_head_sql())
-    return (last[0], last[1]) if last else (0, GENESIS_MAC)
-
-
-def begun_locked_chain_head() -> tuple[int, str]:
-    """BEGIN, then `locked_chain_head()`, in one round trip: PostgreSQL only, on a connection in autocommit (Django's
-    and psycopg's), which leaves the transaction open for the caller to commit or roll back."""
-    last = fastsql.fetchone_of_script(_begun_locked_head_sql())
     return (last[0], last[1]) if last else (0, GENESIS_MAC)
 
 
