@@ -597,8 +597,7 @@ def _append(events: list[AuditEvent], head: tuple[int, str], db: Any) -> None:
         events_sql, event_params = event_insert.statement(event_rows)
         nodes_sql, node_params = node_insert.statement(node_rows)
         script = _script_sql(events_sql, nodes_sql, commit=not due)
-        with db.cursor() as cursor:
-            cursor.execute(_bound_on_the_client(db, script, [*event_params, *node_params]))
+        _send_alone(db, _bound_on_the_client(db, script, [*event_params, *node_params]))
     else:
         _insert_alone(db, [(event_insert, event_rows), (node_insert, node_rows)])
         mirror.append(first, lines, first_prev_mac, committed_lines, kept_size, sync=False)
@@ -611,6 +610,22 @@ def _append(events: list[AuditEvent], head: tuple[int, str], db: Any) -> None:
     _FRONTIER.keep(size, prev_mac, store.known)
     for keep in kept:
         keep()
+
+
+def _send_alone(db: Any, script: str) -> None:
+    """A PostgreSQL batch's script, bound already, on the driver's own cursor (Django's errors still raised) unless
+    something watches Django's, as SQLite's INSERTs go (`_insert_alone`): Django's cursor and its wrappers cost a
+    batch about 20 K instructions of its Python."""
+    if db.execute_wrappers or db.queries_logged:
+        with db.cursor() as cursor:
+            cursor.execute(script)
+        return
+    with db.wrap_database_errors:
+        cursor = db.connection.cursor()
+        try:
+            cursor.execute(script)
+        finally:
+            cursor.close()
 
 
 def _insert_alone(db: Any, inserts: list[tuple[_Insert, list[list[Any]]]]) -> None:

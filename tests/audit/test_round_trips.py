@@ -88,6 +88,7 @@ def test_an_append_the_database_refuses_in_its_commit_script_commits_nothing_and
     refusing_trigger, mirror_path
 ):
     first = record(EventKind.TOOL_CALL, tool="test.first")
+    assert not connection.execute_wrappers and not connection.queries_logged  # the script goes on the driver's cursor
 
     with pytest.raises(AuditUnavailable, match="refused by the test"):
         record(EventKind.TOOL_CALL, tool="test.refused")
