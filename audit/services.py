@@ -171,12 +171,13 @@ def event_line(event: AuditEvent) -> str:
     return canonical_json({**row_body(event), "mac": event.mac})
 
 
-def _sealed_texts(event: AuditEvent) -> tuple[str, str]:
+def _sealed_texts(event: AuditEvent, ts_text: str | None = None) -> tuple[str, str]:
     """What `compute_mac` and `event_line` compute, for the append path: the canonical JSON of the row's body and
     its line, assembled from each field's own canonical JSON (the arguments are stored canonical already) rather
     than by loading the arguments back and encoding the whole row twice. Verification recomputes both the
-    general way (`audit.verify`), so the two cannot drift unnoticed."""
-    head, tail = _line_parts(event)
+    general way (`audit.verify`), so the two cannot drift unnoticed. `ts_text` is `format_ts(event.ts)` when the
+    caller has it already."""
+    head, tail = _line_parts(event, ts_text)
     body = f"{{{head},{tail}}}"
     mac = _keyed_mac()
     mac.update(event.prev_mac.encode())
@@ -203,8 +204,9 @@ def _keyed_mac() -> hmac.HMAC:
 _KEYED: tuple[bytes, hmac.HMAC] | None = None
 
 
-def _line_parts(event: AuditEvent) -> tuple[str, str]:
-    """The row's canonical JSON members before its "mac" and after it (the keys in canonical, sorted, order)."""
+def _line_parts(event: AuditEvent, ts_text: str | None = None) -> tuple[str, str]:
+    """The row's canonical JSON members before its "mac" and after it (the keys in canonical, sorted, order);
+    `ts_text`, when given, is `format_ts(event.ts)`."""
     head = (
         f'"arguments":{event.arguments_json},"called_by":{_text(event.called_by)},'
         f'"client_label":{_text(event.client_label)},"kind":{_text(event.kind)}'
@@ -212,7 +214,7 @@ def _line_parts(event: AuditEvent) -> tuple[str, str]:
     tail = (
         f'"outcome":{_text(event.outcome)},"prev_mac":{_text(event.prev_mac)},"project":{_text(event.project)},'
         f'"seq":{event.seq:d},"session":{_text(event.session)},"tool":{_text(event.tool)},'
-        f'"ts":{_text(format_ts(event.ts))}'
+        f'"ts":{_text(format_ts(event.ts) if ts_text is None else ts_text)}'
     )
     return head, tail
 
@@ -566,11 +568,16 @@ def _append(events: list[AuditEvent], head: tuple[int, str], db: Any) -> None:
     event_rows: list[list[Any]] = []
     node_rows: list[list[Any]] = []
     for event in events:
-        event.ts, event.seq, event.prev_mac = datetime.now(UTC), size + 1, prev_mac  # timezone.now(), as USE_TZ has it
-        _, line = _sealed_texts(event)  # sets event.mac
+        now = datetime.now(UTC)  # timezone.now(), as USE_TZ has it
+        event.ts, event.seq, event.prev_mac = now, size + 1, prev_mac
+        ts_text = format_ts(now)
+        _, line = _sealed_texts(event, ts_text)  # sets event.mac
         nodes = merkle.nodes_for_append(size, merkle.leaf_hash(line.encode()), store)
         store.put_many(nodes)
-        event_rows.append(_db_values(event_insert, event_insert.values_of(event), db))
+        row = _db_values(event_insert, event_insert.values_of(event), db)
+        if event_insert.utc_text_at is not None:  # SQLite's stored text of the time, from the line's text of it
+            row[event_insert.utc_text_at] = _sqlite_text_of(ts_text, now)
+        event_rows.append(row)
         node_rows.extend(_db_values(node_insert, (node_key(lv, i), lv, i, blob(h)), db) for lv, i, h in nodes)
         lines.append(line)
         size, prev_mac = event.seq, event.mac
@@ -732,6 +739,13 @@ def _sqlite_utc_text(value: datetime, db: Any) -> Any:
     return db.ops.adapt_datetimefield_value(value)
 
 
+def _sqlite_text_of(ts_text: str, ts: datetime) -> str:
+    """`_sqlite_utc_text(ts)` from `format_ts(ts)` of a time in UTC of year 1000 or later (every append's), without
+    formatting the time again: 'YYYY-MM-DDTHH:MM:SS.ffffffZ' becomes 'YYYY-MM-DD HH:MM:SS.ffffff', and, as `str()`
+    writes it, with no fraction when it is zero."""
+    return f"{ts_text[:10]} {ts_text[11:26] if ts.microsecond else ts_text[11:19]}"
+
+
 def kept_size() -> int:
     """The size the checkpoint kept beside the mirror saw: 0 when none is kept or it is not one we signed."""
     saved = kept.read_kept(settings.FORGE_AUDIT_LOG)
@@ -779,6 +793,9 @@ class _Insert(NamedTuple):
     converted: tuple[tuple[int, Callable[[Any, Any], Any]], ...]
     values_of: Callable[[Any], tuple[Any, ...]]
     one_statement: bool
+    # The position of a time SQLite stores as UTC text, left out of `converted`: the append fills it from the time's
+    # text in the row's line (`_sqlite_text_of`), one formatting of the time a row where converting took a second.
+    utc_text_at: int | None
 
     def statement(self, rows: list[list[Any]]) -> tuple[str, list[Any]]:
         """The INSERT of `rows` as one statement, and its parameters."""
@@ -801,15 +818,17 @@ def _insert_sql(model: type[models.Model]) -> _Insert:
     # them.
     plain = (models.CharField, models.TextField, models.IntegerField, models.BinaryField)
     sql = f"INSERT INTO {quote(model._meta.db_table)} ({columns}) VALUES ({marks})"
+    converted = [(index, _conversion(field)) for index, field in enumerate(fields) if not isinstance(field, plain)]
+    texts = [index for index, convert in converted if convert is _sqlite_utc_text]
+    utc_text_at = texts[0] if len(texts) == 1 and model is AuditEvent else None  # the event's `ts`, on SQLite
     return _Insert(
         sql=sql,
         driver_sql=fastsql.driver_sql(sql),
         fields=fields,
-        converted=tuple(
-            (index, _conversion(field)) for index, field in enumerate(fields) if not isinstance(field, plain)
-        ),
+        converted=tuple(item for item in converted if item[0] != utc_text_at),
         values_of=operator.attrgetter(*(field.attname for field in fields)),
         one_statement=connection.vendor == "postgresql",
+        utc_text_at=utc_text_at,
     )
 
 

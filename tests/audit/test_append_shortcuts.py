@@ -10,6 +10,8 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from django.db import IntegrityError, connection, transaction
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from audit import merkle, services
 from audit.models import AuditEvent, AuditTreeNode, EventKind
@@ -209,3 +211,34 @@ def test_sqlite_times_go_to_the_database_as_djangos_conversion_sends_them(ts):
     field = AuditEvent._meta.get_field("ts")
 
     assert services._sqlite_utc_text(ts, connection) == field.get_db_prep_value(ts, connection, prepared=True)
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's stored text of a time")
+@settings(max_examples=300, deadline=None)
+@given(ts=st.datetimes(min_value=datetime(1000, 1, 1), timezones=st.just(UTC)))
+def test_sqlite_times_taken_from_the_lines_text_are_djangos_conversion_of_them(ts):
+    field = AuditEvent._meta.get_field("ts")
+
+    expected = field.get_db_prep_value(ts, connection, prepared=True)
+    assert services._sqlite_text_of(services.format_ts(ts), ts) == expected
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's stored text of a time")
+@pytest.mark.django_db
+@pytest.mark.parametrize("microsecond", [0, 7, 789012])
+def test_an_appended_rows_time_is_stored_as_django_stores_it_whatever_its_fraction(monkeypatch, microsecond):
+    at = datetime(2026, 12, 6, 2, 3, 4, microsecond, tzinfo=UTC)
+
+    class Clock(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return at
+
+    monkeypatch.setattr(services, "datetime", Clock)
+    row = record(EventKind.TOOL_CALL, tool="timed")
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT CAST(ts AS TEXT) FROM audit_auditevent WHERE seq = %s", [row.seq])  # the stored text
+        stored = cursor.fetchone()[0]
+    assert stored == AuditEvent._meta.get_field("ts").get_db_prep_value(at, connection, prepared=True)
+    assert AuditEvent.objects.get(ts=at).seq == row.seq
