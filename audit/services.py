@@ -171,19 +171,42 @@ def event_line(event: AuditEvent) -> str:
     return canonical_json({**row_body(event), "mac": event.mac})
 
 
-def _sealed_texts(event: AuditEvent) -> tuple[str, str]:
+def _sealed_texts(event: AuditEvent, ts_text: str | None = None) -> tuple[str, str]:
     """What `compute_mac` and `event_line` compute, for the append path: the canonical JSON of the row's body and
     its line, assembled from each field's own canonical JSON (the arguments are stored canonical already) rather
     than by loading the arguments back and encoding the whole row twice. Verification recomputes both the
-    general way (`audit.verify`), so the two cannot drift unnoticed."""
-    head, tail = _line_parts(event)
+    general way (`audit.verify`), so the two cannot drift unnoticed. `ts_text` is `format_ts(event.ts)` when the
+    caller has it already."""
+    head, tail = _line_parts(event, ts_text)
     body = f"{{{head},{tail}}}"
-    event.mac = hmac.digest(keys.hmac_key(), event.prev_mac.encode() + body.encode(), "sha256").hex()
+    mac = _keyed_mac()
+    mac.update(event.prev_mac.encode())
+    mac.update(body.encode())
+    event.mac = mac.hexdigest()
     return body, _line(head, event.mac, tail)
 
 
-def _line_parts(event: AuditEvent) -> tuple[str, str]:
-    """The row's canonical JSON members before its "mac" and after it (the keys in canonical, sorted, order)."""
+def _keyed_mac() -> hmac.HMAC:
+    """A fresh HMAC-SHA256 under the audit key, nothing fed to it yet: a copy of one keyed once per key.
+
+    `hmac.digest(key, message, "sha256")` keys a new MAC on every call (in OpenSSL 3 it also looks the algorithm up
+    each time), about 30 K instructions a row; a copy of a keyed context and two updates take about half that.
+    The context kept is for the key `keys.hmac_key()` gives now (cached: the same object until its cache is
+    cleared), and is never fed itself, so the threads that copy it at once share nothing that changes."""
+    global _KEYED
+    key = keys.hmac_key()
+    keyed = _KEYED
+    if keyed is None or keyed[0] is not key:
+        keyed = _KEYED = (key, hmac.new(key, digestmod="sha256"))
+    return keyed[1].copy()
+
+
+_KEYED: tuple[bytes, hmac.HMAC] | None = None
+
+
+def _line_parts(event: AuditEvent, ts_text: str | None = None) -> tuple[str, str]:
+    """The row's canonical JSON members before its "mac" and after it (the keys in canonical, sorted, order);
+    `ts_text`, when given, is `format_ts(event.ts)`."""
     head = (
         f'"arguments":{event.arguments_json},"called_by":{_text(event.called_by)},'
         f'"client_label":{_text(event.client_label)},"kind":{_text(event.kind)}'
@@ -191,7 +214,7 @@ def _line_parts(event: AuditEvent) -> tuple[str, str]:
     tail = (
         f'"outcome":{_text(event.outcome)},"prev_mac":{_text(event.prev_mac)},"project":{_text(event.project)},'
         f'"seq":{event.seq:d},"session":{_text(event.session)},"tool":{_text(event.tool)},'
-        f'"ts":{_text(format_ts(event.ts))}'
+        f'"ts":{_text(format_ts(event.ts) if ts_text is None else ts_text)}'
     )
     return head, tail
 
@@ -262,8 +285,9 @@ def record(kind: EventKind | str, **fields: Unpack[EventFields]) -> AuditEvent:
     all. Outside one (a read-only tool call, a refusal) it is group-committed: rows that arrive together
     share one chain lock, one transaction and one mirror fsync (`_GroupCommit`)."""
     event = _event(kind, fields)
-    if not connection.in_atomic_block:
-        return _GROUP.append(event)
+    db = connections[DEFAULT_DB_ALIAS]  # this thread's connection, looked up once: the batch it leads goes on it
+    if not db.in_atomic_block:
+        return _GROUP.append(event, db)
     _append_in_transaction([event])
     return event
 
@@ -310,13 +334,14 @@ def _append_in_transaction(events: list[AuditEvent]) -> None:
     # there is nothing to roll back to; and a savepoint costs two statements (round trips on PostgreSQL).
     try:
         with transaction.atomic(savepoint=False):
-            _append(events, locked_chain_head())
+            _append(events, locked_chain_head(), connections[DEFAULT_DB_ALIAS])
     except (DatabaseError, MirrorError) as exc:
         raise AuditUnavailable(str(exc)) from exc
 
 
-def _append_alone(events: list[AuditEvent]) -> None:
-    """Append `events` in a transaction of their own and commit it (the group commit's batch).
+def _append_alone(events: list[AuditEvent], db: Any) -> None:
+    """Append `events` in a transaction of their own on `db` (this thread's connection) and commit it (the group
+    commit's batch).
 
     The transaction is the append's own, not Django's atomic(), whose bookkeeping (autocommit switched off and on,
     the commit's checks and hooks, each through Django's thread-safety wrappers) cost a lone row more CPU than its
@@ -324,13 +349,12 @@ def _append_alone(events: list[AuditEvent]) -> None:
     `_append` commits it once the mirror's lines are synced, and anything that stops the append rolls it back here.
     On PostgreSQL that is two round trips where atomic() took four: BEGIN goes in the script that takes the chain
     lock and reads the head, and the INSERTs and COMMIT go as one script."""
-    db = connections[DEFAULT_DB_ALIAS]
     if not db.get_autocommit() or (db.vendor == "postgresql" and _binds_on_the_server(db)):
         _append_in_transaction(events)
         return
     try:
         try:
-            _append(events, _begin_alone(db))
+            _append(events, _begin_alone(db), db)
         except BaseException:
             _roll_back(db)
             raise
@@ -340,12 +364,26 @@ def _append_alone(events: list[AuditEvent]) -> None:
 
 def _begin_alone(db: Any) -> tuple[int, str]:
     """Begin the batch's transaction on `db`, in autocommit, and read the chain head under its lock: on PostgreSQL
-    in one round trip (`begun_locked_chain_head`); on SQLite as every transaction begins (the process's write lock,
-    then BEGIN IMMEDIATE: `forge_core.sqlite`), which is the chain lock."""
+    in one round trip (BEGIN, the lock and the head read as one script, `_begun_locked_head_sql`); on SQLite as
+    every transaction begins (the process's write lock, then BEGIN IMMEDIATE: `forge_core.sqlite`), which is the
+    chain lock. The head is read on `db`'s own driver connection, as `fastsql` reads, without looking `db` up again
+    (`get_autocommit()` opened it, and a connection in autocommit has no broken transaction to check for)."""
     if db.vendor == "postgresql":
-        return begun_locked_chain_head()
-    db._start_transaction_under_autocommit()
-    return chain_head()
+        script = _begun_locked_head_sql()
+    else:
+        db._start_transaction_under_autocommit()
+        script = _last_row_sql()
+    with db.wrap_database_errors:
+        cursor = db.connection.cursor()
+        try:
+            cursor.execute(script)
+            if db.vendor == "postgresql":  # the script's last statement's rows (SQLite's cursor runs one statement)
+                while cursor.nextset():
+                    pass
+            last = cursor.fetchone()
+        finally:
+            cursor.close()
+    return (last[0], last[1]) if last else (0, GENESIS_MAC)
 
 
 def _commit_alone(db: Any) -> None:
@@ -378,10 +416,11 @@ def _roll_back(db: Any) -> None:
 class _Waiting:
     """One row waiting in the group commit, and what its caller is told."""
 
-    __slots__ = ("error", "event", "lead", "next", "ready")
+    __slots__ = ("db", "error", "event", "lead", "next", "ready")
 
-    def __init__(self, event: AuditEvent) -> None:
+    def __init__(self, event: AuditEvent, db: Any) -> None:
         self.event = event
+        self.db = db  # the caller's connection, on which it appends the batch it leads, if it leads one
         # Held until the caller may go on, then released once: by the caller woken before it in its batch, or by
         # the leader that hands it the lead (a leader also waits on it while it gathers its batch). A bare lock,
         # not a threading.Event: its Python-level condition cost each row microseconds that a batch's callers
@@ -424,8 +463,8 @@ class _GroupCommit:
         self.last_batch = 1
         self.gathering: _Waiting | None = None  # a leader waiting for its batch to fill, woken by who fills it
 
-    def append(self, event: AuditEvent) -> AuditEvent:
-        me = _Waiting(event)
+    def append(self, event: AuditEvent, db: Any) -> AuditEvent:
+        me = _Waiting(event, db)
         with self.mutex:
             self.waiting.append(me)
             first = not self.leading
@@ -457,7 +496,7 @@ class _GroupCommit:
             self.last_batch = len(batch)
         failure: AuditUnavailable | None = AuditUnavailable("the audit batch was interrupted")
         try:
-            _append_alone([waiting.event for waiting in batch])
+            _append_alone([waiting.event for waiting in batch], me.db)
             failure = None
         except AuditUnavailable as exc:
             failure = exc
@@ -506,23 +545,15 @@ def locked_chain_head() -> tuple[int, str]:
     return (last[0], last[1]) if last else (0, GENESIS_MAC)
 
 
-def begun_locked_chain_head() -> tuple[int, str]:
-    """BEGIN, then `locked_chain_head()`, in one round trip: PostgreSQL only, on a connection in autocommit (Django's
-    and psycopg's), which leaves the transaction open for the caller to commit or roll back."""
-    last = fastsql.fetchone_of_script(_begun_locked_head_sql())
-    return (last[0], last[1]) if last else (0, GENESIS_MAC)
-
-
-def _append(events: list[AuditEvent], head: tuple[int, str]) -> None:
+def _append(events: list[AuditEvent], head: tuple[int, str], db: Any) -> None:
     """Append `events` at the chain's `head` (its last seq and MAC, read under the chain lock), in this order, inside
-    the caller's transaction and chain lock: their rows and tree nodes (one INSERT of each kind for the batch),
+    the caller's transaction and chain lock on `db` (this thread's connection, looked up once by the caller): their rows and tree nodes (one INSERT of each kind for the batch),
     then their mirror lines with one fsync, then any checkpoint that falls due.
 
     On a connection Django keeps in autocommit (PostgreSQL only: `_append_alone`, which began the transaction),
     the append commits the transaction itself: the mirror's lines are written and synced first, then the INSERTs
     and COMMIT go as one script, one round trip. A commit that fails then leaves lines past the database's end,
     as one that fails after the sync always could; the next append sets them aside (`Mirror.append`)."""
-    db = connections[DEFAULT_DB_ALIAS]  # this thread's connection, looked up once rather than per field
     commits = db.get_autocommit()  # the batch's own transaction (`_append_alone`), committed here
     size, prev_mac = head
     first, first_prev_mac = size + 1, prev_mac
@@ -530,16 +561,24 @@ def _append(events: list[AuditEvent], head: tuple[int, str]) -> None:
     event_insert, node_insert = _insert_sql(AuditEvent), _insert_sql(AuditTreeNode)
     # A row's tree nodes depend on those of the rows before it in the batch, not written yet.
     store = _BatchNodeStore(DatabaseNodeStore(), size, _FRONTIER.at(size, prev_mac))
+    # SQLite's driver binds a `bytearray` as the BLOB it binds `bytes` as, but looks `bytes` up among its adapters
+    # first (two failed attribute lookups, each an exception made and dropped: about 4 K instructions a node).
+    blob: Callable[[bytes], bytes | bytearray] = bytearray if db.vendor == "sqlite" else bytes
     lines: list[str] = []
     event_rows: list[list[Any]] = []
     node_rows: list[list[Any]] = []
     for event in events:
-        event.ts, event.seq, event.prev_mac = datetime.now(UTC), size + 1, prev_mac  # timezone.now(), as USE_TZ has it
-        _, line = _sealed_texts(event)  # sets event.mac
+        now = datetime.now(UTC)  # timezone.now(), as USE_TZ has it
+        event.ts, event.seq, event.prev_mac = now, size + 1, prev_mac
+        ts_text = format_ts(now)
+        _, line = _sealed_texts(event, ts_text)  # sets event.mac
         nodes = merkle.nodes_for_append(size, merkle.leaf_hash(line.encode()), store)
         store.put_many(nodes)
-        event_rows.append(_db_values(event_insert, event_insert.values_of(event), db))
-        node_rows.extend(_db_values(node_insert, (node_key(lv, i), lv, i, h), db) for lv, i, h in nodes)
+        row = _db_values(event_insert, event_insert.values_of(event), db)
+        if event_insert.utc_text_at is not None:  # SQLite's stored text of the time, from the line's text of it
+            row[event_insert.utc_text_at] = _sqlite_text_of(ts_text, now)
+        event_rows.append(row)
+        node_rows.extend(_db_values(node_insert, (node_key(lv, i), lv, i, blob(h)), db) for lv, i, h in nodes)
         lines.append(line)
         size, prev_mac = event.seq, event.mac
     every = settings.FORGE_AUDIT_CHECKPOINT_EVENTS
@@ -565,8 +604,7 @@ def _append(events: list[AuditEvent], head: tuple[int, str]) -> None:
         events_sql, event_params = event_insert.statement(event_rows)
         nodes_sql, node_params = node_insert.statement(node_rows)
         script = _script_sql(events_sql, nodes_sql, commit=not due)
-        with db.cursor() as cursor:
-            cursor.execute(_bound_on_the_client(db, script, [*event_params, *node_params]))
+        _send_alone(db, _bound_on_the_client(db, script, [*event_params, *node_params]))
     else:
         _insert_alone(db, [(event_insert, event_rows), (node_insert, node_rows)])
         mirror.append(first, lines, first_prev_mac, committed_lines, kept_size, sync=False)
@@ -579,6 +617,22 @@ def _append(events: list[AuditEvent], head: tuple[int, str]) -> None:
     _FRONTIER.keep(size, prev_mac, store.known)
     for keep in kept:
         keep()
+
+
+def _send_alone(db: Any, script: str) -> None:
+    """A PostgreSQL batch's script, bound already, on the driver's own cursor (Django's errors still raised) unless
+    something watches Django's, as SQLite's INSERTs go (`_insert_alone`): Django's cursor and its wrappers cost a
+    batch about 20 K instructions of its Python."""
+    if db.execute_wrappers or db.queries_logged:
+        with db.cursor() as cursor:
+            cursor.execute(script)
+        return
+    with db.wrap_database_errors:
+        cursor = db.connection.cursor()
+        try:
+            cursor.execute(script)
+        finally:
+            cursor.close()
 
 
 def _insert_alone(db: Any, inserts: list[tuple[_Insert, list[list[Any]]]]) -> None:
@@ -685,6 +739,13 @@ def _sqlite_utc_text(value: datetime, db: Any) -> Any:
     return db.ops.adapt_datetimefield_value(value)
 
 
+def _sqlite_text_of(ts_text: str, ts: datetime) -> str:
+    """`_sqlite_utc_text(ts)` from `format_ts(ts)` of a time in UTC of year 1000 or later (every append's), without
+    formatting the time again: 'YYYY-MM-DDTHH:MM:SS.ffffffZ' becomes 'YYYY-MM-DD HH:MM:SS.ffffff', and, as `str()`
+    writes it, with no fraction when it is zero."""
+    return f"{ts_text[:10]} {ts_text[11:26] if ts.microsecond else ts_text[11:19]}"
+
+
 def kept_size() -> int:
     """The size the checkpoint kept beside the mirror saw: 0 when none is kept or it is not one we signed."""
     saved = kept.read_kept(settings.FORGE_AUDIT_LOG)
@@ -732,6 +793,9 @@ class _Insert(NamedTuple):
     converted: tuple[tuple[int, Callable[[Any, Any], Any]], ...]
     values_of: Callable[[Any], tuple[Any, ...]]
     one_statement: bool
+    # The position of a time SQLite stores as UTC text, left out of `converted`: the append fills it from the time's
+    # text in the row's line (`_sqlite_text_of`), one formatting of the time a row where converting took a second.
+    utc_text_at: int | None
 
     def statement(self, rows: list[list[Any]]) -> tuple[str, list[Any]]:
         """The INSERT of `rows` as one statement, and its parameters."""
@@ -754,15 +818,17 @@ def _insert_sql(model: type[models.Model]) -> _Insert:
     # them.
     plain = (models.CharField, models.TextField, models.IntegerField, models.BinaryField)
     sql = f"INSERT INTO {quote(model._meta.db_table)} ({columns}) VALUES ({marks})"
+    converted = [(index, _conversion(field)) for index, field in enumerate(fields) if not isinstance(field, plain)]
+    texts = [index for index, convert in converted if convert is _sqlite_utc_text]
+    utc_text_at = texts[0] if len(texts) == 1 and model is AuditEvent else None  # the event's `ts`, on SQLite
     return _Insert(
         sql=sql,
         driver_sql=fastsql.driver_sql(sql),
         fields=fields,
-        converted=tuple(
-            (index, _conversion(field)) for index, field in enumerate(fields) if not isinstance(field, plain)
-        ),
+        converted=tuple(item for item in converted if item[0] != utc_text_at),
         values_of=operator.attrgetter(*(field.attname for field in fields)),
         one_statement=connection.vendor == "postgresql",
+        utc_text_at=utc_text_at,
     )
 
 

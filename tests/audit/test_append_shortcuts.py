@@ -10,6 +10,8 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from django.db import IntegrityError, connection, transaction
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from audit import merkle, services
 from audit.models import AuditEvent, AuditTreeNode, EventKind
@@ -129,7 +131,9 @@ def test_a_head_read_after_waiting_for_the_lock_sees_the_append_that_held_it():
         try:
             with transaction.atomic():
                 services._append(
-                    [fastsql.built(AuditEvent, kind="tool_call", tool="holder")], services.locked_chain_head()
+                    [fastsql.built(AuditEvent, kind="tool_call", tool="holder")],
+                    services.locked_chain_head(),
+                    connection,
                 )
                 holding.set()
                 time.sleep(0.3)
@@ -162,7 +166,9 @@ def test_a_row_the_database_refuses_fails_the_append_with_djangos_error_and_writ
     lines = mirror_lines(mirror_path)
 
     with pytest.raises(IntegrityError), transaction.atomic():  # a stale head: seq 1 is taken
-        services._append([fastsql.built(AuditEvent, kind="tool_call", tool="stale")], (0, services.GENESIS_MAC))
+        services._append(
+            [fastsql.built(AuditEvent, kind="tool_call", tool="stale")], (0, services.GENESIS_MAC), connection
+        )
 
     assert mirror_lines(mirror_path) == lines
     assert list(AuditEvent.objects.values_list("seq", flat=True)) == [1]
@@ -182,6 +188,16 @@ def test_an_appended_rows_time_and_tree_nodes_are_stored_as_djangos_own_conversi
     assert stored_nodes() == nodes_recomputed()
 
 
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's storage classes")
+@pytest.mark.django_db
+def test_tree_node_hashes_are_stored_on_sqlite_as_blobs_of_their_bytes():
+    append_events(3)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT DISTINCT typeof(hash), length(hash) FROM audit_audittreenode")
+        assert cursor.fetchall() == [("blob", 32)]
+    assert stored_nodes() == nodes_recomputed()
+
+
 @pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's stored text of a time")
 @pytest.mark.parametrize(
     "ts",
@@ -195,3 +211,34 @@ def test_sqlite_times_go_to_the_database_as_djangos_conversion_sends_them(ts):
     field = AuditEvent._meta.get_field("ts")
 
     assert services._sqlite_utc_text(ts, connection) == field.get_db_prep_value(ts, connection, prepared=True)
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's stored text of a time")
+@settings(max_examples=300, deadline=None)
+@given(ts=st.datetimes(min_value=datetime(1000, 1, 1), timezones=st.just(UTC)))
+def test_sqlite_times_taken_from_the_lines_text_are_djangos_conversion_of_them(ts):
+    field = AuditEvent._meta.get_field("ts")
+
+    expected = field.get_db_prep_value(ts, connection, prepared=True)
+    assert services._sqlite_text_of(services.format_ts(ts), ts) == expected
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's stored text of a time")
+@pytest.mark.django_db
+@pytest.mark.parametrize("microsecond", [0, 7, 789012])
+def test_an_appended_rows_time_is_stored_as_django_stores_it_whatever_its_fraction(monkeypatch, microsecond):
+    at = datetime(2026, 12, 6, 2, 3, 4, microsecond, tzinfo=UTC)
+
+    class Clock(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return at
+
+    monkeypatch.setattr(services, "datetime", Clock)
+    row = record(EventKind.TOOL_CALL, tool="timed")
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT CAST(ts AS TEXT) FROM audit_auditevent WHERE seq = %s", [row.seq])  # the stored text
+        stored = cursor.fetchone()[0]
+    assert stored == AuditEvent._meta.get_field("ts").get_db_prep_value(at, connection, prepared=True)
+    assert AuditEvent.objects.get(ts=at).seq == row.seq

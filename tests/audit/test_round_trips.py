@@ -88,6 +88,7 @@ def test_an_append_the_database_refuses_in_its_commit_script_commits_nothing_and
     refusing_trigger, mirror_path
 ):
     first = record(EventKind.TOOL_CALL, tool="test.first")
+    assert not connection.execute_wrappers and not connection.queries_logged  # the script goes on the driver's cursor
 
     with pytest.raises(AuditUnavailable, match="refused by the test"):
         record(EventKind.TOOL_CALL, tool="test.refused")
@@ -121,7 +122,7 @@ def test_a_batch_of_eight_rows_is_bound_without_psycopg_parsing_its_script(parse
     parses.clear()
     events = [services._event(EventKind.TOOL_CALL, {"tool": "test.batch", "arguments": {"n": n}}) for n in range(8)]
 
-    services._append_alone(events)
+    services._append_alone(events, connection)
 
     assert parses == []
     assert list(AuditEvent.objects.values_list("seq", flat=True).order_by("seq")) == list(range(1, 10))

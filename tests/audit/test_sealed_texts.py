@@ -77,3 +77,16 @@ def test_the_size_sanitize_reckons_for_keys_and_plain_values_is_their_canonical_
     assert sanitized == arguments
     # It counts a comma after every member, so one more than there is in each container that has members.
     assert size == len(services.canonical_json(arguments)) + non_empty_containers(arguments)
+
+
+def test_a_row_is_macd_under_the_key_in_use_when_the_key_changes(monkeypatch):
+    # The append path keeps a MAC context keyed once; a new key must not be met with the old key's context.
+    event = AuditEvent(kind="tool_call", tool="keyed", arguments_json="{}")
+    event.ts, event.seq, event.prev_mac = datetime(2026, 1, 2, tzinfo=UTC), 1, services.GENESIS_MAC
+    macs = []
+    for key in (b"k" * 64, b"q" * 64, b"k" * 64):
+        monkeypatch.setattr(services.keys, "hmac_key", lambda key=key: key)
+        services._sealed_texts(event)
+        assert event.mac == services.compute_mac(event.prev_mac, services.row_body(event))
+        macs.append(event.mac)
+    assert macs[0] != macs[1] and macs[0] == macs[2]
