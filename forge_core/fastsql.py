@@ -21,6 +21,7 @@ from functools import cache
 from typing import Any, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field, Model, QuerySet
 from django.db.models.base import ModelState
 from django.db.models.query import get_related_populators  # type: ignore[attr-defined]  # not in django-stubs
@@ -34,9 +35,10 @@ def driver_sql(sql: str) -> str:
     return sql.replace("%s", "?") if connection.vendor == "sqlite" else sql
 
 
-def fetchone(sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
-    """The first row of `sql` (in the driver's style, `driver_sql`), on this thread's connection."""
-    return _run(sql, params, lambda cursor: cursor.fetchone())
+def fetchone(sql: str, params: Sequence[Any], db: BaseDatabaseWrapper | None = None) -> tuple[Any, ...] | None:
+    """The first row of `sql` (in the driver's style, `driver_sql`), on this thread's connection (`db`, when the
+    caller has looked it up already)."""
+    return _run(sql, params, _first_row, db)
 
 
 def fetchall(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
@@ -56,8 +58,15 @@ def fetchone_of_script(script: str) -> tuple[Any, ...] | None:
     return _run(script, None, last_first_row)
 
 
-def _run(sql: str, params: Sequence[Any] | None, fetch: Callable[[Any], Any]) -> Any:
-    db = connections[DEFAULT_DB_ALIAS]  # looked up once: each `connection.x` goes through a thread-local proxy
+def _first_row(cursor: Any) -> Any:
+    return cursor.fetchone()
+
+
+def _run(
+    sql: str, params: Sequence[Any] | None, fetch: Callable[[Any], Any], db: BaseDatabaseWrapper | None = None
+) -> Any:
+    if db is None:
+        db = connections[DEFAULT_DB_ALIAS]  # looked up once: each `connection.x` goes through a thread-local proxy
     if db.connection is None:
         db.ensure_connection()
     if db.needs_rollback:

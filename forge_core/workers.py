@@ -199,9 +199,27 @@ def _own_connections() -> list[BaseDatabaseWrapper]:
 
 def _upkeep() -> None:
     """What Django does at the edges of a request: close a connection that errors made unusable or that is past
-    its `CONN_MAX_AGE` (on PostgreSQL, with Django's pool, that hands it back to the pool)."""
+    its `CONN_MAX_AGE` (on PostgreSQL, with Django's pool, that hands it back to the pool).
+
+    An open connection with nothing to look at (its configured autocommit, no error since its last commit or
+    rollback, no maximum age) only has its health check marked due, as Django's `close_if_unusable_or_obsolete`
+    would: Django's reads the autocommit through two calls that each ask whether an event loop runs in this
+    thread (an exception raised and caught each time), a third of a hop's own cost. Any other connection, or a
+    backend with its own `close_if_unusable_or_obsolete`, goes through Django's."""
     for connection in _own_connections():
-        connection.close_if_unusable_or_obsolete()
+        if (
+            connection.connection is not None
+            and connection.close_at is None
+            and not connection.errors_occurred
+            and connection.autocommit == connection.settings_dict["AUTOCOMMIT"]
+            and type(connection).close_if_unusable_or_obsolete is _DJANGOS_UPKEEP
+        ):
+            connection.health_check_done = False  # type: ignore[attr-defined]  # not in django-stubs
+        else:
+            connection.close_if_unusable_or_obsolete()
+
+
+_DJANGOS_UPKEEP = BaseDatabaseWrapper.close_if_unusable_or_obsolete
 
 
 class _Hop(_Work):

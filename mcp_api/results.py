@@ -5,7 +5,6 @@ outcome reaches a client later (`editor.confirm`, a task's result, the retry of 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +12,7 @@ from django.conf import settings
 
 from confirmations.models import ConfirmationState
 from forge_core.errors import Refusal
+from mcp_api.jsonrpc import one_pass_encoder
 
 OVERRIDE_BANNER = (
     "OVERRIDE MODE: this Forge server was started with FORGE_OVERRIDE_SECURITIES=1, so direct write tools "
@@ -21,8 +21,8 @@ OVERRIDE_BANNER = (
 )
 
 
-_TEXT = json.JSONEncoder(ensure_ascii=False, default=str)
-"""The structured content's text block: `json.dumps(..., ensure_ascii=False, default=str)`, its encoder built once."""
+_TEXT = one_pass_encoder(separators=(", ", ": "), default=str)
+"""The structured content's text block: `json.dumps(..., ensure_ascii=False, default=str)`."""
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ def tool_result(structured: dict[str, Any] | Content, *, is_error: bool = False)
     if settings.FORGE_OVERRIDE_SECURITIES:
         structured = {**structured, "warnings": [*structured.get("warnings", []), OVERRIDE_BANNER]}
     return {
-        "content": [{"type": "text", "text": _TEXT.encode(structured)}],
+        "content": [{"type": "text", "text": _TEXT(structured)}],
         "structuredContent": structured,
         "isError": is_error,
     }

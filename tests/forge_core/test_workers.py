@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
+import time
 
 import anyio
 import pytest
 from asgiref.sync import async_to_sync
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
+from forge_core import workers
 from forge_core.workers import LastIdleFirst, hop_into, in_pool
 
 pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
@@ -73,6 +75,55 @@ async def test_a_connection_errors_left_unusable_is_closed_when_the_work_ends(on
         assert closed and closed[0].startswith("forge-work-test")
     finally:
         await one_thread(mend)()
+
+
+def _upkeep_checks(monkeypatch) -> list[str]:
+    """Count Django's own per-request check of this thread's connection (the autocommit read it starts with)."""
+    asked: list[str] = []
+    db = connections[DEFAULT_DB_ALIAS]
+    assert db in workers._own_connections()
+    get_autocommit = db.get_autocommit
+
+    def counted():
+        asked.append("get_autocommit")
+        return get_autocommit()
+
+    monkeypatch.setattr(db, "get_autocommit", counted)
+    return asked
+
+
+def test_the_upkeep_of_a_healthy_persistent_connection_only_marks_its_health_check_due(monkeypatch, settings):
+    if settings.DATABASES["default"].get("CONN_MAX_AGE", 0) is not None:
+        pytest.skip("persistent on the embedded database only: Django's PostgreSQL pool lends a connection per hop")
+    _open_connection()
+    db = connections[DEFAULT_DB_ALIAS]
+    opened = db.connection
+    monkeypatch.setattr(db, "health_check_done", True)
+    asked = _upkeep_checks(monkeypatch)
+
+    workers._upkeep()
+
+    assert asked == [] and db.connection is opened and db.health_check_done is False
+
+
+@pytest.mark.parametrize("why", ["errors", "autocommit", "max age"])
+def test_the_upkeep_of_any_other_connection_is_djangos_and_closes_what_it_would(monkeypatch, why):
+    _open_connection()
+    db = connections[DEFAULT_DB_ALIAS]
+    asked = _upkeep_checks(monkeypatch)
+    closed: list[bool] = []
+    monkeypatch.setattr(db, "close", lambda: closed.append(True))
+    if why == "errors":
+        monkeypatch.setattr(db, "errors_occurred", True)
+        monkeypatch.setattr(db, "is_usable", lambda: False)
+    elif why == "autocommit":
+        monkeypatch.setattr(db, "autocommit", not db.settings_dict["AUTOCOMMIT"])
+    else:
+        monkeypatch.setattr(db, "close_at", time.monotonic() - 1)
+
+    workers._upkeep()
+
+    assert asked == ["get_autocommit"] and closed == [True]
 
 
 @pytest.fixture

@@ -5,9 +5,11 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from datetime import timezone as timezone_of
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from access import hotpath
@@ -31,6 +33,61 @@ def test_token_by_digest_matches_the_orm_row_and_its_owner(cast):
     assert concrete_values(found) == concrete_values(expected)
     assert concrete_values(found.owner) == concrete_values(expected.owner)
     assert found.expires_at.tzinfo is not None
+
+
+def _counting_driver_converters(monkeypatch) -> list[str]:
+    """Count the calls of the converters Django registers with SQLite's driver (by declared column type)."""
+    import sqlite3
+
+    called: list[str] = []
+    for name, convert in list(sqlite3.converters.items()):
+
+        def counted(value, name=name, convert=convert):
+            called.append(name)
+            return convert(value)
+
+        monkeypatch.setitem(sqlite3.converters, name, counted)
+    return called
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's driver converters")
+def test_the_token_session_and_owner_are_read_without_the_drivers_converters(cast, monkeypatch):
+    session = do_open_session(
+        cast.operator.token, transport=Transport.STREAMABLE_HTTP, protocol_version="2025-11-25", client_info={"a": 1}
+    )
+    called = _counting_driver_converters(monkeypatch)
+
+    token = hotpath.token_by_digest(cast.operator.token.digest, session.id)
+    found = hotpath.open_session_of(token, session.id)
+
+    assert called == []
+    monkeypatch.undo()
+    expected = ClientToken.objects.select_related("owner").get(pk=cast.operator.token.pk)
+    assert concrete_values(token) == concrete_values(expected)
+    assert concrete_values(token.owner) == concrete_values(expected.owner)
+    assert concrete_values(found) == concrete_values(McpSession.objects.get(pk=session.id))
+    assert isinstance(token.owner.is_active, bool) and isinstance(found.initialized, bool)
+    assert token.created_at.tzinfo is UTC and found.created_at.tzinfo is UTC
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="a time kept on SQLite as text")
+@pytest.mark.parametrize(
+    ("kept", "read"),
+    [
+        ("2026-12-06 01:02:03.456789", datetime(2026, 12, 6, 1, 2, 3, 456789, tzinfo=UTC)),
+        ("2026-12-06 01:02:03", datetime(2026, 12, 6, 1, 2, 3, tzinfo=UTC)),
+        ("2026-12-06T01:02:03+02:00", datetime(2026, 12, 6, 1, 2, 3, tzinfo=timezone_of(timedelta(hours=2)))),
+        ("2026-12-06T01:02:03.5Z", datetime(2026, 12, 6, 1, 2, 3, 500000, tzinfo=UTC)),
+    ],
+)
+def test_a_time_kept_in_another_form_is_read_as_the_orm_reads_it(cast, kept, read):
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE mcp_api_clienttoken SET expires_at = %s WHERE id = %s", [kept, cast.operator.token.pk])
+
+    found = hotpath.token_by_digest(cast.operator.token.digest)
+
+    assert found.expires_at == read == ClientToken.objects.get(pk=cast.operator.token.pk).expires_at
+    assert found.expires_at.utcoffset() == read.utcoffset()
 
 
 def test_token_by_digest_of_an_unknown_digest_is_none(cast):
