@@ -377,10 +377,8 @@ def _begin_alone(db: Any) -> tuple[int, str]:
         cursor = db.connection.cursor()
         try:
             cursor.execute(script)
-            if db.vendor == "postgresql":  # the script's last statement's rows (SQLite's cursor runs one statement)
-                while cursor.nextset():
-                    pass
-            last = cursor.fetchone()
+            # The script's last statement's rows on PostgreSQL; SQLite's cursor runs one statement.
+            last = fastsql.last_statement_first_row(cursor) if db.vendor == "postgresql" else cursor.fetchone()
         finally:
             cursor.close()
     return (last[0], last[1]) if last else (0, GENESIS_MAC)

@@ -49,13 +49,14 @@ def fetchall(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
 def fetchone_of_script(script: str) -> tuple[Any, ...] | None:
     """The first row of the last statement of `script` (statements separated by `;`, no parameters), sent in one
     round trip on this thread's connection. PostgreSQL only: SQLite's driver runs one statement at a time."""
+    return _run(script, None, last_statement_first_row)
 
-    def last_first_row(cursor: Any) -> Any:
-        while cursor.nextset():
-            pass
-        return cursor.fetchone()
 
-    return _run(script, None, last_first_row)
+def last_statement_first_row(cursor: Any) -> Any:
+    """The first row of the last statement a driver cursor ran (psycopg keeps each statement's rows of a script)."""
+    while cursor.nextset():
+        pass
+    return cursor.fetchone()
 
 
 def _first_row(cursor: Any) -> Any:
