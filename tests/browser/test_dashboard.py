@@ -101,6 +101,8 @@ def test_a_client_session_opened_over_http_appears_in_the_sessions_table_after_a
 def test_the_copy_button_puts_a_client_configuration_on_the_clipboard(page: Page, console_server: ConsoleServer):
     page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=console_server.server.base)
     log_in(page, console_server)
+    # Caught up with the live feed: the dashboard is not swapped for a fresh copy (a "Copy" label) after this.
+    expect(page.locator("html")).to_have_attribute("data-forge-live", "open")
 
     page.locator("#configuration-claude_desktop").get_by_role("button", name="Copy").click()
 

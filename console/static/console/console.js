@@ -8,7 +8,7 @@
   var script = document.currentScript;
   var live = script && script.dataset.livePages ? script.dataset.livePages.split(" ") : [];
   if (live.indexOf(window.location.pathname) < 0 || !window.EventSource) return;
-  var busy = false, again = false;
+  var busy = false, again = false, catchingUp = false;
   function refresh() {
     // One fetch at a time; a change announced during a fetch is fetched again right after it.
     if (busy) { again = true; return; }
@@ -27,7 +27,10 @@
       })
       .finally(function () {
         busy = false;
-        if (again) { again = false; refresh(); }
+        if (again) { again = false; refresh(); return; }
+        // The page says it is live once it has caught up with what changed while the feed was connecting, so
+        // nothing swaps it under a reader (or a test) from that moment on unless something new happened.
+        if (catchingUp) { catchingUp = false; document.documentElement.dataset.forgeLive = "open"; }
       });
   }
   // What a person is typing (a sentence, a memorable ID, a reason) survives the swap: each edited text field
@@ -66,7 +69,7 @@
   source.addEventListener("changed", refresh);
   // Whatever changed while the feed was (re)connecting was not announced: catch up once it is open.
   source.addEventListener("open", function () {
-    document.documentElement.dataset.forgeLive = "open";
+    catchingUp = true;
     refresh();
   });
 })();
