@@ -58,6 +58,9 @@ REDACTED = "[redacted]"
 GENESIS_MAC = "0" * 64
 EVENT_KINDS = frozenset(EventKind.values)
 CHAIN_LOCK_ID = 0x466F726765  # "Forge": the PostgreSQL advisory lock that serializes appends
+# At most this many events another process appended since this one's last append are read with the chain head
+# (`_caught_up`); more, and the batch reads the head alone, as a process that knows nothing of the chain does.
+CATCH_UP_EVENTS = 64
 NODE_LEVEL_BITS = 6  # a tree node's key keeps its level (< 64) in its low bits: see node_key
 
 logger = logging.getLogger(__name__)
@@ -354,7 +357,8 @@ def _append_alone(events: list[AuditEvent], db: Any) -> None:
         return
     try:
         try:
-            _append(events, _begin_alone(db), db)
+            head, missing = _begin_alone(db)
+            _append(events, head, db, missing)
         except BaseException:
             _roll_back(db)
             raise
@@ -362,26 +366,73 @@ def _append_alone(events: list[AuditEvent], db: Any) -> None:
         raise AuditUnavailable(str(exc)) from exc
 
 
-def _begin_alone(db: Any) -> tuple[int, str]:
-    """Begin the batch's transaction on `db`, in autocommit, and read the chain head under its lock: on PostgreSQL
-    in one round trip (BEGIN, the lock and the head read as one script, `_begun_locked_head_sql`); on SQLite as
-    every transaction begins (the process's write lock, then BEGIN IMMEDIATE: `forge_core.sqlite`), which is the
-    chain lock. The head is read on `db`'s own driver connection, as `fastsql` reads, without looking `db` up again
-    (`get_autocommit()` opened it, and a connection in autocommit has no broken transaction to check for)."""
-    if db.vendor == "postgresql":
-        script = _begun_locked_head_sql()
-    else:
+def _begin_alone(db: Any) -> tuple[tuple[int, str], Callable[[int, int], list[str]]]:
+    """Begin the batch's transaction on `db`, in autocommit, and read the chain head under its lock; returns the
+    head and where the mirror's lines of committed events come from (`Mirror.append`'s `missing`).
+
+    On PostgreSQL that is one round trip: BEGIN, the lock and the read go as one script. When this process knows
+    where its own last append left the chain, the script reads every event from there on (`_caught_up`): those
+    another process appended since give this process's mirror their lines and the tree's frontier its nodes, which
+    would otherwise take a round trip each. On SQLite the transaction begins as every one does (the process's write
+    lock, then BEGIN IMMEDIATE: `forge_core.sqlite`), which is the chain lock. The head is read on `db`'s own driver
+    connection, as `fastsql` reads, without looking `db` up again (`get_autocommit()` opened it, and a connection in
+    autocommit has no broken transaction to check for)."""
+    known = _FRONTIER.state[0] if db.vendor == "postgresql" else 0
+    if db.vendor != "postgresql":
         db._start_transaction_under_autocommit()
         script = _last_row_sql()
+    else:
+        script = _begun_catch_up_sql().format(known=known) if known else _begun_locked_head_sql()
     with db.wrap_database_errors:
         cursor = db.connection.cursor()
         try:
             cursor.execute(script)
-            # The script's last statement's rows on PostgreSQL; SQLite's cursor runs one statement.
-            last = fastsql.last_statement_first_row(cursor) if db.vendor == "postgresql" else cursor.fetchone()
+            if db.vendor != "postgresql":
+                last = cursor.fetchone()  # SQLite's cursor runs one statement
+            elif known:
+                caught_up = _caught_up(fastsql.at_last_statement(cursor).fetchall())
+                if caught_up is not None:
+                    return caught_up
+                cursor.execute(_last_row_sql())  # too far behind, or not as this process left it: the head alone
+                last = cursor.fetchone()
+            else:
+                last = fastsql.last_statement_first_row(cursor)
         finally:
             cursor.close()
-    return (last[0], last[1]) if last else (0, GENESIS_MAC)
+    return ((last[0], last[1]) if last else (0, GENESIS_MAC)), committed_lines
+
+
+def _caught_up(rows: list[tuple[Any, ...]]) -> tuple[tuple[int, str], Callable[[int, int], list[str]]] | None:
+    """The chain head from `rows` (every event from the one this process's last append ended with, in seq order, read
+    under the chain lock: `_begun_catch_up_sql`), and the mirror's lines of those after it; None when they do not
+    start with that very event (seq and MAC) and follow it without a gap, or are more than `CATCH_UP_EVENTS`.
+
+    The tree's frontier is carried from this process's last append over those events, each leaf hashed from its
+    line as every append hashes it, so the batch reads no stored node (`_KnownFrontier`)."""
+    known_size, known_mac, known_nodes = _FRONTIER.state
+    attnames = _rows_select()[0]
+    seq_at, mac_at = attnames.index("seq"), attnames.index("mac")
+    if not rows or len(rows) > CATCH_UP_EVENTS + 1 or (rows[0][seq_at], rows[0][mac_at]) != (known_size, known_mac):
+        return None
+    store = _BatchNodeStore(DatabaseNodeStore(), known_size, known_nodes)
+    lines: dict[int, str] = {}
+    size, mac = known_size, known_mac
+    for row in rows[1:]:
+        event = fastsql.loaded(AuditEvent, attnames, list(row))
+        if event.seq != size + 1:
+            return None
+        event.ts = _stored_time(event.ts)
+        line = lines[event.seq] = _stored_line(event)
+        store.put_many(merkle.nodes_for_append(size, merkle.leaf_hash(line.encode()), store))
+        size, mac = event.seq, event.mac
+    if lines:
+        _FRONTIER.keep(size, mac, store.known)
+
+    def missing(first: int, last: int) -> list[str]:
+        wanted = range(first, last + 1)
+        return [lines[seq] for seq in wanted] if all(seq in lines for seq in wanted) else committed_lines(first, last)
+
+    return (size, mac), missing
 
 
 def _commit_alone(db: Any) -> None:
@@ -543,16 +594,23 @@ def locked_chain_head() -> tuple[int, str]:
     return (last[0], last[1]) if last else (0, GENESIS_MAC)
 
 
-def _append(events: list[AuditEvent], head: tuple[int, str], db: Any) -> None:
+def _append(
+    events: list[AuditEvent],
+    head: tuple[int, str],
+    db: Any,
+    missing: Callable[[int, int], list[str]] | None = None,
+) -> None:
     """Append `events` at the chain's `head` (its last seq and MAC, read under the chain lock), in this order, inside
     the caller's transaction and chain lock on `db` (this thread's connection, looked up once by the caller): their rows and tree nodes (one INSERT of each kind for the batch),
-    then their mirror lines with one fsync, then any checkpoint that falls due.
+    then their mirror lines with one fsync, then any checkpoint that falls due. `missing` gives the mirror the
+    lines of committed events it lacks (another process's: `Mirror.append`).
 
     On a connection Django keeps in autocommit (PostgreSQL only: `_append_alone`, which began the transaction),
     the append commits the transaction itself: the mirror's lines are written and synced first, then the INSERTs
     and COMMIT go as one script, one round trip. A commit that fails then leaves lines past the database's end,
     as one that fails after the sync always could; the next append sets them aside (`Mirror.append`)."""
     commits = db.get_autocommit()  # the batch's own transaction (`_append_alone`), committed here
+    missing = missing or committed_lines
     size, prev_mac = head
     first, first_prev_mac = size + 1, prev_mac
     # Prepared INSERTs instead of Model.save / bulk_create: the ORM spent ~0.2 ms per call compiling them.
@@ -587,7 +645,7 @@ def _append(events: list[AuditEvent], head: tuple[int, str], db: Any) -> None:
             event_insert.insert_rows(cursor, event_rows)
             node_insert.insert_rows(cursor, node_rows)
         # Synced once as the transaction commits, however many rows it appends (before_commit).
-        mirror.append(first, lines, first_prev_mac, committed_lines, kept_size, sync=False)
+        mirror.append(first, lines, first_prev_mac, missing, kept_size, sync=False)
         before_commit(("audit mirror", mirror.path), mirror.sync)
         _FRONTIER.keep(size, prev_mac, store.known)
         for checkpoint in due:
@@ -595,7 +653,7 @@ def _append(events: list[AuditEvent], head: tuple[int, str], db: Any) -> None:
         return
     kept: list[Callable[[], None]] = []
     if db.vendor == "postgresql":
-        mirror.append(first, lines, first_prev_mac, committed_lines, kept_size, sync=False)
+        mirror.append(first, lines, first_prev_mac, missing, kept_size, sync=False)
         mirror.sync()  # before the COMMIT is sent
         # One script, the rows bound into it on the client as Django's psycopg cursor binds every statement: one
         # Query message, one round trip, and none of a pipeline's work in psycopg. An error stops the script there.
@@ -605,7 +663,7 @@ def _append(events: list[AuditEvent], head: tuple[int, str], db: Any) -> None:
         _send_alone(db, _bound_on_the_client(db, script, [*event_params, *node_params]))
     else:
         _insert_alone(db, [(event_insert, event_rows), (node_insert, node_rows)])
-        mirror.append(first, lines, first_prev_mac, committed_lines, kept_size, sync=False)
+        mirror.append(first, lines, first_prev_mac, missing, kept_size, sync=False)
         mirror.sync()  # before the commit
     if due:  # a checkpoint reads the batch's nodes back: its INSERTs go first, and the commit after it
         for checkpoint in due:
@@ -865,20 +923,38 @@ def _script_sql(*statements: str, commit: bool) -> str:
 
 
 @cache
-def _rows_sql() -> tuple[list[str], str]:
-    """The attribute names of an event's fields, and the SELECT of the events in a range of seq, in seq order."""
+def _rows_select() -> tuple[list[str], str]:
+    """The attribute names of an event's fields, and the SELECT of their columns from the events' table."""
     fields = AuditEvent._meta.concrete_fields
     quote = connection.ops.quote_name
     columns = ", ".join(quote(field.column) for field in fields)
-    table = quote(AuditEvent._meta.db_table)
-    sql = f"SELECT {columns} FROM {table} WHERE seq >= %s AND seq <= %s ORDER BY seq"
-    return [field.attname for field in fields], fastsql.driver_sql(sql)
+    return [field.attname for field in fields], f"SELECT {columns} FROM {quote(AuditEvent._meta.db_table)}"
+
+
+@cache
+def _rows_sql() -> tuple[list[str], str]:
+    """The attribute names of an event's fields, and the SELECT of the events in a range of seq, in seq order."""
+    attnames, select = _rows_select()
+    return attnames, fastsql.driver_sql(f"{select} WHERE seq >= %s AND seq <= %s ORDER BY seq")
 
 
 @cache
 def _locked_head_sql() -> str:
     """The chain lock and then the chain head, as one script (no parameters: a script goes whole)."""
-    return f"SELECT pg_advisory_xact_lock({CHAIN_LOCK_ID:d}); {_last_row_sql()}"
+    return f"{_locked_sql()} {_last_row_sql()}"
+
+
+def _locked_sql() -> str:
+    return f"SELECT pg_advisory_xact_lock({CHAIN_LOCK_ID:d});"
+
+
+@cache
+def _begun_catch_up_sql() -> str:
+    """BEGIN, the chain lock, then every event from seq `{known}` on, `CATCH_UP_EVENTS` past it and one more (to
+    tell that there are more), as `_rows_sql()` reads them: a template for `str.format`, the script has no
+    parameters."""
+    limit = CATCH_UP_EVENTS + 2
+    return f"BEGIN; {_locked_sql()} {_rows_select()[1]} WHERE seq >= {{known:d}} ORDER BY seq LIMIT {limit:d}"
 
 
 @cache

@@ -54,9 +54,14 @@ def fetchone_of_script(script: str) -> tuple[Any, ...] | None:
 
 def last_statement_first_row(cursor: Any) -> Any:
     """The first row of the last statement a driver cursor ran (psycopg keeps each statement's rows of a script)."""
+    return at_last_statement(cursor).fetchone()
+
+
+def at_last_statement(cursor: Any) -> Any:
+    """A driver cursor that ran a script, moved on to its last statement's rows."""
     while cursor.nextset():
         pass
-    return cursor.fetchone()
+    return cursor
 
 
 def _first_row(cursor: Any) -> Any:

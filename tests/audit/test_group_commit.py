@@ -115,12 +115,12 @@ def test_callers_queued_behind_a_batch_are_written_as_the_next_batch_and_each_is
     batches: list[int] = []
     real_append = services._append
 
-    def append(events, head, db) -> None:
+    def append(events, *rest) -> None:
         if not batches:  # the first batch holds until every other caller queues behind it
             inside.set()
             assert queued.wait(10)
         batches.append(len(events))
-        real_append(events, head, db)
+        real_append(events, *rest)
 
     monkeypatch.setattr(services, "_append", append)
     first: list = []
