@@ -17,6 +17,7 @@ The append path uses prepared SQL: it runs on every tool call.
 
 from __future__ import annotations
 
+import _hashlib
 import base64
 import contextlib
 import functools
@@ -28,7 +29,7 @@ import math
 import operator
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
@@ -45,7 +46,7 @@ from audit.mirror import Mirror, MirrorError, Past
 from audit.models import AuditCheckpoint, AuditEvent, AuditTreeNode, EventKind
 from forge_core import fastsql
 from forge_core.before_commit import before_commit
-from forge_core.canonical import canonical_json
+from forge_core.canonical import canonical_json, canonical_json_of_tree
 from forge_core.errors import AuditUnavailable
 
 MAX_VALUE_CHARS = 1024
@@ -180,28 +181,29 @@ def _sealed_texts(event: AuditEvent, ts_text: str | None = None) -> tuple[str, s
     head, tail = _line_parts(event, ts_text)
     body = f"{{{head},{tail}}}"
     mac = _keyed_mac()
-    mac.update(event.prev_mac.encode())
-    mac.update(body.encode())
+    mac.update(f"{event.prev_mac}{body}".encode())
     event.mac = mac.hexdigest()
     return body, _line(head, event.mac, tail)
 
 
-def _keyed_mac() -> hmac.HMAC:
+def _keyed_mac() -> _hashlib.HMAC:
     """A fresh HMAC-SHA256 under the audit key, nothing fed to it yet: a copy of one keyed once per key.
 
     `hmac.digest(key, message, "sha256")` keys a new MAC on every call (in OpenSSL 3 it also looks the algorithm up
-    each time), about 30 K instructions a row; a copy of a keyed context and two updates take about half that.
-    The context kept is for the key `keys.hmac_key()` gives now (cached: the same object until its cache is
-    cleared), and is never fed itself, so the threads that copy it at once share nothing that changes."""
+    each time), about 30 K instructions a row; a copy of a keyed context and an update take about half that.
+    The context is OpenSSL's own, the one `hmac.new(key, digestmod="sha256")` wraps: the wrapper's `copy`, `update`
+    and `hexdigest` are Python functions around it, about 4 K instructions a row. The context kept is for the key
+    `keys.hmac_key()` gives now (cached: the same object until its cache is cleared), and is never fed itself, so
+    the threads that copy it at once share nothing that changes."""
     global _KEYED
     key = keys.hmac_key()
     keyed = _KEYED
     if keyed is None or keyed[0] is not key:
-        keyed = _KEYED = (key, hmac.new(key, digestmod="sha256"))
+        keyed = _KEYED = (key, _hashlib.hmac_new(key, digestmod="sha256"))
     return keyed[1].copy()
 
 
-_KEYED: tuple[bytes, hmac.HMAC] | None = None
+_KEYED: tuple[bytes, _hashlib.HMAC] | None = None
 
 
 def _line_parts(event: AuditEvent, ts_text: str | None = None) -> tuple[str, str]:
@@ -316,7 +318,7 @@ def _event(kind: EventKind | str, fields: Mapping[str, Any]) -> AuditEvent:
         AuditEvent,
         kind=str(kind),
         tool=fields.get("tool", "")[:100],
-        arguments_json=canonical_json(_with_trace(arguments, fields.get("trace"))),
+        arguments_json=canonical_json_of_tree(_with_trace(arguments, fields.get("trace"))),
         outcome=fields.get("outcome", "")[:200],
         called_by=fields.get("called_by", "")[:200],
         session=fields.get("session", "")[:100],
@@ -557,28 +559,30 @@ def _append(events: list[AuditEvent], head: tuple[int, str], db: Any) -> None:
     first, first_prev_mac = size + 1, prev_mac
     # Prepared INSERTs instead of Model.save / bulk_create: the ORM spent ~0.2 ms per call compiling them.
     event_insert, node_insert = _insert_sql(AuditEvent), _insert_sql(AuditTreeNode)
-    # A row's tree nodes depend on those of the rows before it in the batch, not written yet.
+    # The batch's tree nodes depend on the frontier's, kept from this process's last append or read.
     store = _BatchNodeStore(DatabaseNodeStore(), size, _FRONTIER.at(size, prev_mac))
     # SQLite's driver binds a `bytearray` as the BLOB it binds `bytes` as, but looks `bytes` up among its adapters
     # first (two failed attribute lookups, each an exception made and dropped: about 4 K instructions a node).
     blob: Callable[[bytes], bytes | bytearray] = bytearray if db.vendor == "sqlite" else bytes
     lines: list[str] = []
+    leaves: list[bytes] = []
     event_rows: list[list[Any]] = []
-    node_rows: list[list[Any]] = []
     for event in events:
         now = datetime.now(UTC)  # timezone.now(), as USE_TZ has it
         event.ts, event.seq, event.prev_mac = now, size + 1, prev_mac
         ts_text = format_ts(now)
         _, line = _sealed_texts(event, ts_text)  # sets event.mac
-        nodes = merkle.nodes_for_append(size, merkle.leaf_hash(line.encode()), store)
-        store.put_many(nodes)
+        leaves.append(merkle.leaf_hash(line.encode()))
         row = _db_values(event_insert, event_insert.values_of(event), db)
         if event_insert.utc_text_at is not None:  # SQLite's stored text of the time, from the line's text of it
             row[event_insert.utc_text_at] = _sqlite_text_of(ts_text, now)
         event_rows.append(row)
-        node_rows.extend(_db_values(node_insert, (node_key(lv, i), lv, i, blob(h)), db) for lv, i, h in nodes)
         lines.append(line)
         size, prev_mac = event.seq, event.mac
+    nodes = merkle.nodes_for_appends(first - 1, leaves, store)
+    store.put_many(nodes)
+    # A node's fields are whole numbers and bytes, none converted (`_insert_sql`): its values go as they are.
+    node_rows = [(node_key(level, index), level, index, blob(digest)) for level, index, digest in nodes]
     every = settings.FORGE_AUDIT_CHECKPOINT_EVENTS
     due = range(-(-first // every) * every, size + 1, every) if every else range(0)
     mirror = Mirror(settings.FORGE_AUDIT_LOG)
@@ -633,7 +637,7 @@ def _send_alone(db: Any, script: str) -> None:
             cursor.close()
 
 
-def _insert_alone(db: Any, inserts: list[tuple[_Insert, list[list[Any]]]]) -> None:
+def _insert_alone(db: Any, inserts: list[tuple[_Insert, Sequence[Sequence[Any]]]]) -> None:
     """A SQLite batch's INSERTs, on the driver's own cursor (Django's errors still raised) unless something watches
     Django's: its cursor, execute wrappers and placeholder rewrite cost a batch of one row about 160 K instructions,
     more than any other step of it. With an execute wrapper installed or queries logged (tests, DEBUG) they go through
@@ -795,11 +799,11 @@ class _Insert(NamedTuple):
     # text in the row's line (`_sqlite_text_of`), one formatting of the time a row where converting took a second.
     utc_text_at: int | None
 
-    def statement(self, rows: list[list[Any]]) -> tuple[str, list[Any]]:
+    def statement(self, rows: Sequence[Sequence[Any]]) -> tuple[str, list[Any]]:
         """The INSERT of `rows` as one statement, and its parameters."""
         return _rows_insert_sql(self.sql, len(rows)), [value for row in rows for value in row]
 
-    def insert_rows(self, cursor: Any, rows: list[list[Any]]) -> None:
+    def insert_rows(self, cursor: Any, rows: Sequence[Sequence[Any]]) -> None:
         if self.one_statement and len(rows) > 1:
             cursor.execute(_bound_on_the_client(cursor.db, *self.statement(rows)))
         else:
