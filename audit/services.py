@@ -73,7 +73,7 @@ def sanitize(value: Any, *, secret_keys: Iterable[str] = ()) -> Any:
     A string over MAX_VALUE_CHARS, a key over MAX_KEY_CHARS, and a list or object whose JSON is over
     MAX_CONTAINER_CHARS become `{"sha256": ..., "length": ...}`, so one call can never write a large row.
     """
-    extra = {key.lower() for key in secret_keys}
+    extra = {key.lower() for key in secret_keys} if secret_keys else None
     return _sanitize(value, SECRET_KEYS | extra if extra else SECRET_KEYS)[0]
 
 
@@ -89,9 +89,18 @@ def _sanitize(value: Any, secrets: frozenset[str]) -> tuple[Any, int]:
     if kind is dict or isinstance(value, Mapping):
         items, size = {}, 2
         for key, item in value.items():
-            text = str(key)
-            name = _key(text)
-            child, child_size = (REDACTED, 12) if text.lower() in secrets else _sanitize(item, secrets)
+            text = key if type(key) is str else str(key)
+            name = text if len(text) <= MAX_KEY_CHARS else _key(text)
+            # A text or a whole number, the usual members, taken here as `_sanitize` takes them: a call less for each.
+            item_kind = type(item)
+            if text.lower() in secrets:
+                child, child_size = REDACTED, 12
+            elif item_kind is str and len(item) <= MAX_VALUE_CHARS:
+                child, child_size = item, len(item) + 2
+            elif item_kind is int:
+                child, child_size = item, len(repr(item))
+            else:
+                child, child_size = _sanitize(item, secrets)
             items[name] = child
             size += len(_text(name)) + 2 + child_size
         return _bounded(items, size)
@@ -329,7 +338,9 @@ def _event(kind: EventKind | str, fields: Mapping[str, Any]) -> AuditEvent:
     """The event of `kind` that `fields` (`EventFields`) describe, sanitized and bounded, not appended yet."""
     if kind not in EVENT_KINDS:
         raise ValueError(f"{kind!r} is not an audit event kind; add it to EventKind")
-    arguments = sanitize(dict(fields.get("arguments") or {}), secret_keys=fields.get("secret_keys", ()))
+    given = fields.get("arguments") or {}
+    # `sanitize` builds a dict of its own, so a dict goes as it is; another mapping is copied into one, as before.
+    arguments = sanitize(given if type(given) is dict else dict(given), secret_keys=fields.get("secret_keys", ()))
     return fastsql.built(
         AuditEvent,
         kind=str(kind),
