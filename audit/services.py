@@ -30,7 +30,7 @@ import operator
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import cache
 from pathlib import Path
 from typing import Any, NamedTuple, TypedDict, Unpack
@@ -597,12 +597,12 @@ def _append(events: list[AuditEvent], head: tuple[int, str], db: Any) -> None:
     for event in events:
         now = datetime.now(UTC)  # timezone.now(), as USE_TZ has it
         event.ts, event.seq, event.prev_mac = now, size + 1, prev_mac
-        ts_text = format_ts(now)
+        ts_text, stored_text = _row_time(now, stored=event_insert.utc_text_at is not None)
         _, line = _sealed_texts(event, ts_text)  # sets event.mac
         leaves.append(merkle.leaf_hash(line.encode()))
         row = _db_values(event_insert, event_insert.values_of(event), db)
         if event_insert.utc_text_at is not None:  # SQLite's stored text of the time, from the line's text of it
-            row[event_insert.utc_text_at] = _sqlite_text_of(ts_text, now)
+            row[event_insert.utc_text_at] = stored_text
         event_rows.append(row)
         lines.append(line)
         size, prev_mac = event.seq, event.mac
@@ -768,11 +768,29 @@ def _sqlite_utc_text(value: datetime, db: Any) -> Any:
     return db.ops.adapt_datetimefield_value(value)
 
 
-def _sqlite_text_of(ts_text: str, ts: datetime) -> str:
-    """`_sqlite_utc_text(ts)` from `format_ts(ts)` of a time in UTC of year 1000 or later (every append's), without
-    formatting the time again: 'YYYY-MM-DDTHH:MM:SS.ffffffZ' becomes 'YYYY-MM-DD HH:MM:SS.ffffff', and, as `str()`
-    writes it, with no fraction when it is zero."""
-    return f"{ts_text[:10]} {ts_text[11:26] if ts.microsecond else ts_text[11:19]}"
+def _row_time(now: datetime, *, stored: bool = True) -> tuple[str, str]:
+    """`format_ts(now)` and SQLite's stored text of `now` (`_sqlite_utc_text`: 'YYYY-MM-DD HH:MM:SS.ffffff', with no
+    fraction when it is zero, as `str()` writes it; "" unless `stored`), for a time in UTC of year 1000 or later
+    (every append's).
+
+    Formatting a time (`isoformat`, through C's printf) took about 19 K instructions a row; the rows of a batch fall
+    in one second, so the texts of the second are kept (`_SECOND`, replaced whole, so threads share it safely) and a
+    row formats only its microseconds. A time outside the kept second, later or earlier (the clock may step back),
+    has its second's texts made again."""
+    global _SECOND
+    second = _SECOND
+    if not second[0] <= now < second[1]:
+        start = now.replace(microsecond=0)
+        text = format_ts(start)
+        second = _SECOND = (start, start + _ONE_SECOND, text[:19], f"{text[:10]} {text[11:19]}")
+    micro = now.microsecond
+    if not stored:
+        return f"{second[2]}.{micro:06d}Z", ""
+    return f"{second[2]}.{micro:06d}Z", f"{second[3]}.{micro:06d}" if micro else second[3]
+
+
+_ONE_SECOND = timedelta(seconds=1)
+_SECOND = (datetime.min.replace(tzinfo=UTC), datetime.min.replace(tzinfo=UTC), "", "")
 
 
 def kept_size() -> int:
@@ -823,7 +841,7 @@ class _Insert(NamedTuple):
     values_of: Callable[[Any], tuple[Any, ...]]
     one_statement: bool
     # The position of a time SQLite stores as UTC text, left out of `converted`: the append fills it from the time's
-    # text in the row's line (`_sqlite_text_of`), one formatting of the time a row where converting took a second.
+    # text kept for the row's second (`_row_time`), where converting took a formatting of the time of its own.
     utc_text_at: int | None
 
     def statement(self, rows: Sequence[Sequence[Any]]) -> tuple[str, list[Any]]:
