@@ -155,16 +155,18 @@ def nodes_for_appends(size: int, leaves: Sequence[bytes], store: NodeStore) -> l
 
     The frontier of the growing tree is kept as a stack of hashes, largest subtree first: a leaf completes a parent
     for each trailing one bit of the size it is appended at, combining it with the stack's top each time. Only the
-    frontier nodes of ``size`` that a parent combines are read (``combined_by``); the others stay below, unread.
+    frontier nodes of ``size`` that a parent combines are read and stacked (``combined_by``, the smallest ones): the
+    stack never reaches below them.
     """
     if size < 0:
         raise ValueError(f"tree size must be >= 0, got {size}")
-    if any(len(leaf) != HASH_SIZE for leaf in leaves):
-        raise ValueError(f"a leaf hash is {HASH_SIZE} bytes")
-    found = _fetch(store, combined_by(size, len(leaves)))
-    pending = [found.get(key, b"") for key in _frontier(size)]
+    combined = combined_by(size, len(leaves))
+    found = _fetch(store, combined)
+    pending = [found[key] for key in combined]
     nodes: list[Node] = []
     for leaf in leaves:
+        if len(leaf) != HASH_SIZE:
+            raise ValueError(f"a leaf hash is {HASH_SIZE} bytes, got {len(leaf)}")
         digest = leaf
         nodes.append((0, size, digest))
         level = 0
@@ -178,8 +180,9 @@ def nodes_for_appends(size: int, leaves: Sequence[bytes], store: NodeStore) -> l
 
 
 def combined_by(size: int, count: int) -> list[NodeKey]:
-    """The frontier nodes of a tree of ``size`` leaves that appending ``count`` leaves combines into parents: each
-    is a left child (its index is even), combined once the leaves reach the end of its right sibling."""
+    """The frontier nodes of a tree of ``size`` leaves that appending ``count`` leaves combines into parents, largest
+    first: each is a left child (its index is even), combined once the leaves reach the end of its right sibling,
+    which ends no later for a smaller one, so they are the frontier's last ones."""
     end = size + count
     return [(level, index) for level, index in _frontier(size) if end >= (index + 2) << level]
 
