@@ -782,7 +782,9 @@ def _row_time(now: datetime, *, stored: bool = True) -> tuple[str, str]:
     if not second[0] <= now < second[1]:
         start = now.replace(microsecond=0)
         text = format_ts(start)
-        second = _SECOND = (start, start + _ONE_SECOND, text[:19], f"{text[:10]} {text[11:19]}")
+        # The last year a datetime holds may have no next second to end one: its times are not kept, but formatted.
+        end = start + _ONE_SECOND if start.year < 9999 else start
+        second = _SECOND = (start, end, text[:19], f"{text[:10]} {text[11:19]}")
     micro = now.microsecond
     if not stored:
         return f"{second[2]}.{micro:06d}Z", ""

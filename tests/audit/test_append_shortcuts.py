@@ -229,6 +229,7 @@ def test_row_times_in_one_second_after_it_and_before_it_have_their_own_texts():
     second = datetime(2026, 12, 6, 4, 59, 59, tzinfo=UTC)
     micros = [0, 1, 999_999, 1_000_000, 1_000_001, -1, 500_000, 2_000_000, 0]  # the clock may step back
     times = [second + timedelta(microseconds=micro) for micro in micros]
+    times += [datetime.max.replace(tzinfo=UTC), datetime.max.replace(tzinfo=UTC, microsecond=0), times[0]]
 
     texts = [services._row_time(ts) for ts in times]
 
