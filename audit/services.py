@@ -17,6 +17,7 @@ The append path uses prepared SQL: it runs on every tool call.
 
 from __future__ import annotations
 
+import _hashlib
 import base64
 import contextlib
 import functools
@@ -28,8 +29,8 @@ import math
 import operator
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from functools import cache
 from pathlib import Path
 from typing import Any, NamedTuple, TypedDict, Unpack
@@ -45,7 +46,7 @@ from audit.mirror import Mirror, MirrorError, Past
 from audit.models import AuditCheckpoint, AuditEvent, AuditTreeNode, EventKind
 from forge_core import fastsql
 from forge_core.before_commit import before_commit
-from forge_core.canonical import canonical_json
+from forge_core.canonical import canonical_json, canonical_json_of_tree
 from forge_core.errors import AuditUnavailable
 
 MAX_VALUE_CHARS = 1024
@@ -75,7 +76,7 @@ def sanitize(value: Any, *, secret_keys: Iterable[str] = ()) -> Any:
     A string over MAX_VALUE_CHARS, a key over MAX_KEY_CHARS, and a list or object whose JSON is over
     MAX_CONTAINER_CHARS become `{"sha256": ..., "length": ...}`, so one call can never write a large row.
     """
-    extra = {key.lower() for key in secret_keys}
+    extra = {key.lower() for key in secret_keys} if secret_keys else None
     return _sanitize(value, SECRET_KEYS | extra if extra else SECRET_KEYS)[0]
 
 
@@ -91,9 +92,18 @@ def _sanitize(value: Any, secrets: frozenset[str]) -> tuple[Any, int]:
     if kind is dict or isinstance(value, Mapping):
         items, size = {}, 2
         for key, item in value.items():
-            text = str(key)
-            name = _key(text)
-            child, child_size = (REDACTED, 12) if text.lower() in secrets else _sanitize(item, secrets)
+            text = key if type(key) is str else str(key)
+            name = text if len(text) <= MAX_KEY_CHARS else _key(text)
+            # A text or a whole number, the usual members, taken here as `_sanitize` takes them: a call less for each.
+            item_kind = type(item)
+            if text.lower() in secrets:
+                child, child_size = REDACTED, 12
+            elif item_kind is str and len(item) <= MAX_VALUE_CHARS:
+                child, child_size = item, len(item) + 2
+            elif item_kind is int:
+                child, child_size = item, len(repr(item))
+            else:
+                child, child_size = _sanitize(item, secrets)
             items[name] = child
             size += len(_text(name)) + 2 + child_size
         return _bounded(items, size)
@@ -183,28 +193,29 @@ def _sealed_texts(event: AuditEvent, ts_text: str | None = None) -> tuple[str, s
     head, tail = _line_parts(event, ts_text)
     body = f"{{{head},{tail}}}"
     mac = _keyed_mac()
-    mac.update(event.prev_mac.encode())
-    mac.update(body.encode())
+    mac.update(f"{event.prev_mac}{body}".encode())
     event.mac = mac.hexdigest()
     return body, _line(head, event.mac, tail)
 
 
-def _keyed_mac() -> hmac.HMAC:
+def _keyed_mac() -> _hashlib.HMAC:
     """A fresh HMAC-SHA256 under the audit key, nothing fed to it yet: a copy of one keyed once per key.
 
     `hmac.digest(key, message, "sha256")` keys a new MAC on every call (in OpenSSL 3 it also looks the algorithm up
-    each time), about 30 K instructions a row; a copy of a keyed context and two updates take about half that.
-    The context kept is for the key `keys.hmac_key()` gives now (cached: the same object until its cache is
-    cleared), and is never fed itself, so the threads that copy it at once share nothing that changes."""
+    each time), about 30 K instructions a row; a copy of a keyed context and an update take about half that.
+    The context is OpenSSL's own, the one `hmac.new(key, digestmod="sha256")` wraps: the wrapper's `copy`, `update`
+    and `hexdigest` are Python functions around it, about 4 K instructions a row. The context kept is for the key
+    `keys.hmac_key()` gives now (cached: the same object until its cache is cleared), and is never fed itself, so
+    the threads that copy it at once share nothing that changes."""
     global _KEYED
     key = keys.hmac_key()
     keyed = _KEYED
     if keyed is None or keyed[0] is not key:
-        keyed = _KEYED = (key, hmac.new(key, digestmod="sha256"))
+        keyed = _KEYED = (key, _hashlib.hmac_new(key, digestmod="sha256"))
     return keyed[1].copy()
 
 
-_KEYED: tuple[bytes, hmac.HMAC] | None = None
+_KEYED: tuple[bytes, _hashlib.HMAC] | None = None
 
 
 def _line_parts(event: AuditEvent, ts_text: str | None = None) -> tuple[str, str]:
@@ -288,11 +299,27 @@ def record(kind: EventKind | str, **fields: Unpack[EventFields]) -> AuditEvent:
     all. Outside one (a read-only tool call, a refusal) it is group-committed: rows that arrive together
     share one chain lock, one transaction and one mirror fsync (`_GroupCommit`)."""
     event = _event(kind, fields)
-    db = connections[DEFAULT_DB_ALIAS]  # this thread's connection, looked up once: the batch it leads goes on it
+    db = _thread_connection()  # the batch it leads goes on it
     if not db.in_atomic_block:
         return _GROUP.append(event, db)
     _append_in_transaction([event])
     return event
+
+
+def _thread_connection() -> Any:
+    """This thread's default connection, looked up through Django's `connections` once per thread, as
+    `forge_core.workers` keeps a pool thread's: each lookup goes through asgiref's thread-local storage, which asks
+    asyncio for a running loop and catches the error (about 11 K instructions, some 4% of a row at eight writers).
+    Django's connections are thread-critical: in a thread with no event loop, where anything that appends runs
+    (Django refuses database work in one that has), the storage is a plain thread-local, one wrapper per thread
+    for the thread's life."""
+    db = getattr(_THREAD, "db", None)
+    if db is None:
+        db = _THREAD.db = connections[DEFAULT_DB_ALIAS]
+    return db
+
+
+_THREAD = threading.local()
 
 
 def record_together(entries: Iterable[Mapping[str, Any]]) -> list[AuditEvent]:
@@ -314,12 +341,14 @@ def _event(kind: EventKind | str, fields: Mapping[str, Any]) -> AuditEvent:
     """The event of `kind` that `fields` (`EventFields`) describe, sanitized and bounded, not appended yet."""
     if kind not in EVENT_KINDS:
         raise ValueError(f"{kind!r} is not an audit event kind; add it to EventKind")
-    arguments = sanitize(dict(fields.get("arguments") or {}), secret_keys=fields.get("secret_keys", ()))
+    given = fields.get("arguments") or {}
+    # `sanitize` builds a dict of its own, so a dict goes as it is; another mapping is copied into one, as before.
+    arguments = sanitize(given if type(given) is dict else dict(given), secret_keys=fields.get("secret_keys", ()))
     return fastsql.built(
         AuditEvent,
         kind=str(kind),
         tool=fields.get("tool", "")[:100],
-        arguments_json=canonical_json(_with_trace(arguments, fields.get("trace"))),
+        arguments_json=canonical_json_of_tree(_with_trace(arguments, fields.get("trace"))),
         outcome=fields.get("outcome", "")[:200],
         called_by=fields.get("called_by", "")[:200],
         session=fields.get("session", "")[:100],
@@ -615,28 +644,30 @@ def _append(
     first, first_prev_mac = size + 1, prev_mac
     # Prepared INSERTs instead of Model.save / bulk_create: the ORM spent ~0.2 ms per call compiling them.
     event_insert, node_insert = _insert_sql(AuditEvent), _insert_sql(AuditTreeNode)
-    # A row's tree nodes depend on those of the rows before it in the batch, not written yet.
+    # The batch's tree nodes depend on the frontier's, kept from this process's last append or read.
     store = _BatchNodeStore(DatabaseNodeStore(), size, _FRONTIER.at(size, prev_mac))
     # SQLite's driver binds a `bytearray` as the BLOB it binds `bytes` as, but looks `bytes` up among its adapters
     # first (two failed attribute lookups, each an exception made and dropped: about 4 K instructions a node).
     blob: Callable[[bytes], bytes | bytearray] = bytearray if db.vendor == "sqlite" else bytes
     lines: list[str] = []
+    leaves: list[bytes] = []
     event_rows: list[list[Any]] = []
-    node_rows: list[list[Any]] = []
     for event in events:
         now = datetime.now(UTC)  # timezone.now(), as USE_TZ has it
         event.ts, event.seq, event.prev_mac = now, size + 1, prev_mac
-        ts_text = format_ts(now)
+        ts_text, stored_text = _row_time(now, stored=event_insert.utc_text_at is not None)
         _, line = _sealed_texts(event, ts_text)  # sets event.mac
-        nodes = merkle.nodes_for_append(size, merkle.leaf_hash(line.encode()), store)
-        store.put_many(nodes)
+        leaves.append(merkle.leaf_hash(line.encode()))
         row = _db_values(event_insert, event_insert.values_of(event), db)
         if event_insert.utc_text_at is not None:  # SQLite's stored text of the time, from the line's text of it
-            row[event_insert.utc_text_at] = _sqlite_text_of(ts_text, now)
+            row[event_insert.utc_text_at] = stored_text
         event_rows.append(row)
-        node_rows.extend(_db_values(node_insert, (node_key(lv, i), lv, i, blob(h)), db) for lv, i, h in nodes)
         lines.append(line)
         size, prev_mac = event.seq, event.mac
+    nodes = merkle.nodes_for_appends(first - 1, leaves, store)
+    store.put_many(nodes)
+    # A node's fields are whole numbers and bytes, none converted (`_insert_sql`): its values go as they are.
+    node_rows = [(node_key(level, index), level, index, blob(digest)) for level, index, digest in nodes]
     every = settings.FORGE_AUDIT_CHECKPOINT_EVENTS
     due = range(-(-first // every) * every, size + 1, every) if every else range(0)
     mirror = Mirror(settings.FORGE_AUDIT_LOG)
@@ -691,7 +722,7 @@ def _send_alone(db: Any, script: str) -> None:
             cursor.close()
 
 
-def _insert_alone(db: Any, inserts: list[tuple[_Insert, list[list[Any]]]]) -> None:
+def _insert_alone(db: Any, inserts: list[tuple[_Insert, Sequence[Sequence[Any]]]]) -> None:
     """A SQLite batch's INSERTs, on the driver's own cursor (Django's errors still raised) unless something watches
     Django's: its cursor, execute wrappers and placeholder rewrite cost a batch of one row about 160 K instructions,
     more than any other step of it. With an execute wrapper installed or queries logged (tests, DEBUG) they go through
@@ -795,11 +826,31 @@ def _sqlite_utc_text(value: datetime, db: Any) -> Any:
     return db.ops.adapt_datetimefield_value(value)
 
 
-def _sqlite_text_of(ts_text: str, ts: datetime) -> str:
-    """`_sqlite_utc_text(ts)` from `format_ts(ts)` of a time in UTC of year 1000 or later (every append's), without
-    formatting the time again: 'YYYY-MM-DDTHH:MM:SS.ffffffZ' becomes 'YYYY-MM-DD HH:MM:SS.ffffff', and, as `str()`
-    writes it, with no fraction when it is zero."""
-    return f"{ts_text[:10]} {ts_text[11:26] if ts.microsecond else ts_text[11:19]}"
+def _row_time(now: datetime, *, stored: bool = True) -> tuple[str, str]:
+    """`format_ts(now)` and SQLite's stored text of `now` (`_sqlite_utc_text`: 'YYYY-MM-DD HH:MM:SS.ffffff', with no
+    fraction when it is zero, as `str()` writes it; "" unless `stored`), for a time in UTC of year 1000 or later
+    (every append's).
+
+    Formatting a time (`isoformat`, through C's printf) took about 19 K instructions a row; the rows of a batch fall
+    in one second, so the texts of the second are kept (`_SECOND`, replaced whole, so threads share it safely) and a
+    row formats only its microseconds. A time outside the kept second, later or earlier (the clock may step back),
+    has its second's texts made again."""
+    global _SECOND
+    second = _SECOND
+    if not second[0] <= now < second[1]:
+        start = now.replace(microsecond=0)
+        text = format_ts(start)
+        # The last year a datetime holds may have no next second to end one: its times are not kept, but formatted.
+        end = start + _ONE_SECOND if start.year < 9999 else start
+        second = _SECOND = (start, end, text[:19], f"{text[:10]} {text[11:19]}")
+    micro = now.microsecond
+    if not stored:
+        return f"{second[2]}.{micro:06d}Z", ""
+    return f"{second[2]}.{micro:06d}Z", f"{second[3]}.{micro:06d}" if micro else second[3]
+
+
+_ONE_SECOND = timedelta(seconds=1)
+_SECOND = (datetime.min.replace(tzinfo=UTC), datetime.min.replace(tzinfo=UTC), "", "")
 
 
 def kept_size() -> int:
@@ -850,14 +901,14 @@ class _Insert(NamedTuple):
     values_of: Callable[[Any], tuple[Any, ...]]
     one_statement: bool
     # The position of a time SQLite stores as UTC text, left out of `converted`: the append fills it from the time's
-    # text in the row's line (`_sqlite_text_of`), one formatting of the time a row where converting took a second.
+    # text kept for the row's second (`_row_time`), where converting took a formatting of the time of its own.
     utc_text_at: int | None
 
-    def statement(self, rows: list[list[Any]]) -> tuple[str, list[Any]]:
+    def statement(self, rows: Sequence[Sequence[Any]]) -> tuple[str, list[Any]]:
         """The INSERT of `rows` as one statement, and its parameters."""
         return _rows_insert_sql(self.sql, len(rows)), [value for row in rows for value in row]
 
-    def insert_rows(self, cursor: Any, rows: list[list[Any]]) -> None:
+    def insert_rows(self, cursor: Any, rows: Sequence[Sequence[Any]]) -> None:
         if self.one_statement and len(rows) > 1:
             cursor.execute(_bound_on_the_client(cursor.db, *self.statement(rows)))
         else:

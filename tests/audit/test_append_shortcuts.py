@@ -220,7 +220,21 @@ def test_sqlite_times_taken_from_the_lines_text_are_djangos_conversion_of_them(t
     field = AuditEvent._meta.get_field("ts")
 
     expected = field.get_db_prep_value(ts, connection, prepared=True)
-    assert services._sqlite_text_of(services.format_ts(ts), ts) == expected
+    assert services._row_time(ts) == (services.format_ts(ts), expected)
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's stored text of a time")
+def test_row_times_in_one_second_after_it_and_before_it_have_their_own_texts():
+    field = AuditEvent._meta.get_field("ts")
+    second = datetime(2026, 12, 6, 4, 59, 59, tzinfo=UTC)
+    micros = [0, 1, 999_999, 1_000_000, 1_000_001, -1, 500_000, 2_000_000, 0]  # the clock may step back
+    times = [second + timedelta(microseconds=micro) for micro in micros]
+    times += [datetime.max.replace(tzinfo=UTC), datetime.max.replace(tzinfo=UTC, microsecond=0), times[0]]
+
+    texts = [services._row_time(ts) for ts in times]
+
+    assert texts == [(services.format_ts(ts), field.get_db_prep_value(ts, connection, prepared=True)) for ts in times]
+    assert services._row_time(times[0], stored=False) == (services.format_ts(times[0]), "")
 
 
 @pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's stored text of a time")

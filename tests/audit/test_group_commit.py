@@ -6,10 +6,11 @@ changes, or not at all."""
 from __future__ import annotations
 
 import os
+import sys
 import threading
 
 import pytest
-from django.db import DatabaseError, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, transaction
 from psycopg import pq
 
 from audit import services
@@ -298,3 +299,27 @@ def test_rows_whose_mirror_lines_cannot_be_synced_are_not_committed(monkeypatch,
     assert list(AuditEvent.objects.values_list("tool", flat=True)) == ["test.first"]
     assert record(EventKind.TOOL_CALL, tool="test.after").seq == 2  # the lines left behind are set aside
     assert audit_verify().startswith("ok")
+
+
+def test_record_looks_its_threads_connection_up_through_django_once_and_each_thread_has_its_own(monkeypatch):
+    lookups: list[int] = []
+    handler = type(connections)
+    real = handler.__getitem__
+
+    def getitem(self, alias):
+        if alias == DEFAULT_DB_ALIAS and sys._getframe(1).f_code.co_name in {"record", "_thread_connection"}:
+            lookups.append(threading.get_ident())
+        return real(self, alias)
+
+    monkeypatch.setattr(handler, "__getitem__", getitem)
+
+    def append(index: int):
+        for n in range(5):
+            record(EventKind.TOOL_CALL, tool="test.lookups", arguments={"n": n}, called_by=f"w{index}")
+        return threading.get_ident(), services._thread_connection()
+
+    results = run_writers(append, threads=3)
+
+    assert [lookups.count(ident) for ident, _ in results] == [1, 1, 1]
+    assert len({id(db) for _, db in results} | {id(real(connections, DEFAULT_DB_ALIAS))}) == 4
+    assert AuditEvent.objects.count() == 15

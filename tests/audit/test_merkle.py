@@ -23,6 +23,7 @@ from audit.merkle import (
     leaf_hash,
     node_hash,
     nodes_for_append,
+    nodes_for_appends,
     root,
     verify_consistency,
     verify_inclusion,
@@ -178,6 +179,31 @@ def test_nodes_for_append_reads_only_the_left_siblings_it_completes(store: Memor
     assert counting.calls == []
 
 
+def test_appending_leaves_together_gives_the_nodes_of_appending_them_one_by_one(store: MemoryNodeStore) -> None:
+    rng = random.Random(15)
+    cases = [(0, 1), (0, 8), (1, 1), (7, 1), (7, 8), (8, 8), (2**13 - 1, 2), (2**13 - 3, 9), (5000, 300)]
+    cases += [(size, rng.randint(1, 20)) for size in rng.sample(range(TREE_SIZE - 20), 200)]
+    wrong = []
+    for size, count in cases:
+        one_by_one = [node for at in range(size, size + count) for node in nodes_for_append(at, LEAVES[at], store)]
+        if nodes_for_appends(size, LEAVES[size : size + count], store) != one_by_one:
+            wrong.append((size, count))
+    assert wrong == []
+
+
+def test_appending_leaves_together_reads_only_the_frontier_nodes_it_combines(store: MemoryNodeStore) -> None:
+    counting = CountingStore(store)
+    nodes_for_appends(2**13 - 1, LEAVES[2**13 - 1 : 2**13 + 1], counting)  # completes the 2**13 subtree, then one
+    assert counting.calls == [[(level, (2**13 - 1 >> level) - 1) for level in range(12, -1, -1)]]
+    counting.calls.clear()
+    nodes_for_appends(12, LEAVES[12:15], counting)  # 12 = 8 + 4: both are combined when leaf 15 is appended
+    nodes_for_appends(8, LEAVES[8:9], counting)
+    assert counting.calls == []
+    nodes_for_appends(12, LEAVES[12:16], counting)
+    nodes_for_appends(10, LEAVES[10:12], counting)  # 10 = 8 + 2: the 2 is combined, the 8 not until 16
+    assert counting.calls == [[(3, 0), (2, 2)], [(1, 4)]]
+
+
 def test_inclusion_proofs_verify_against_the_root_of_their_size(store: MemoryNodeStore, index_size_pairs) -> None:
     failed = [
         (index, size)
@@ -282,8 +308,19 @@ def test_a_size_beyond_the_stored_tree_raises_missing_node_error(store: MemoryNo
         lambda s: consistency_proof(6, 5, s),
         lambda s: root(-1, s),
         lambda s: nodes_for_append(3, b"short", s),
+        lambda s: nodes_for_appends(-1, [GOOD], s),
+        lambda s: nodes_for_appends(3, [GOOD, b"short"], s),
     ],
-    ids=["index-equals-size", "negative-index", "empty-old-tree", "old-larger-than-new", "negative-size", "short-leaf"],
+    ids=[
+        "index-equals-size",
+        "negative-index",
+        "empty-old-tree",
+        "old-larger-than-new",
+        "negative-size",
+        "short-leaf",
+        "negative-size-of-several",
+        "short-leaf-of-several",
+    ],
 )
 def test_proof_generation_refuses_arguments_outside_the_tree(store: MemoryNodeStore, make) -> None:
     with pytest.raises(ValueError):
