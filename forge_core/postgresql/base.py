@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.db.backends.postgresql import base
+from psycopg.pq import TransactionStatus
 
 from forge_core.before_commit import RunsBeforeCommit
 
@@ -11,3 +12,13 @@ class DatabaseWrapper(RunsBeforeCommit, base.DatabaseWrapper):
     def _commit(self) -> None:
         self.run_before_commit()
         super()._commit()  # type: ignore[misc]  # private in django-stubs
+
+    def _set_autocommit(self, autocommit: bool) -> None:
+        # Django sets autocommit on every connection it takes from the pool (each hop of a call), which opens them in
+        # autocommit already; psycopg's setter then checks the transaction status inside a wait on a generator (its
+        # lock, the socket, the wait's machinery) to change nothing. Skipped only when there is nothing to change and
+        # no transaction that psycopg would refuse the change in.
+        connection = self.connection
+        if connection.autocommit == autocommit and connection.pgconn.transaction_status == TransactionStatus.IDLE:
+            return
+        super()._set_autocommit(autocommit)  # type: ignore[misc]  # private in django-stubs
