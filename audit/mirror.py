@@ -9,7 +9,10 @@ A line is written inside the transaction that appends its row, before the commit
 cannot be written stops the action (fail closed). If that transaction then rolls back, its line is left
 behind with a sequence number the database never committed; the next append finds it at the tail and
 moves it (with any others that transaction wrote) to `<mirror>.rolled-back` before writing, so the
-mirror ends with the committed chain and no line is ever thrown away. Lines past the database's end that
+mirror ends with the committed chain and no line is ever thrown away. A tail is judged by its MACs, not its numbers
+alone: when another process has meanwhile committed as many events or more, the rolled-back lines stand where the
+database holds other events of the same numbers, and they are set aside from the last line the database agrees
+with. Lines past the database's end that
 the checkpoint kept beside the mirror saw committed, or that do not continue the database's chain, mean
 the database lost events (an old backup restored, its tail deleted) or the file was edited: the append
 is refused (see `Past`), since recording on would give those numbers to other events. Appends are
@@ -22,23 +25,27 @@ import contextlib
 import fcntl
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 TAIL_CHUNK = 4096  # a line is ~0.5 KB: the last committed one is almost always in the first read
+# How many lines back from its tail a mirror that does not agree with the database is searched for the last line
+# that does: what appends that rolled back can leave where another process committed the same numbers since.
+DIVERGED_LINES = 4096
 ROLLED_BACK_SUFFIX = ".rolled-back"
 
 
 class _Handle:
     """The mirror file this process keeps open between appends, and what its last append left: the file's size,
-    its modification time and the last event written. A file found just so needs no reading of its tail."""
+    its modification time, and the seq and MAC of the last event written. A file found just so, appended to from
+    that very event, needs no reading of its tail."""
 
     __slots__ = ("fd", "identity", "written")
 
     def __init__(self, fd: int, identity: tuple[int, int]) -> None:
         self.fd = fd
         self.identity = identity
-        self.written: tuple[int, int, int] | None = None
+        self.written: tuple[int, int, int, str] | None = None
 
 
 _handles: dict[Path, _Handle] = {}  # at most one; appends are serialized by the chain lock, one uses it at a time
@@ -106,10 +113,12 @@ class Mirror:
         missing: Callable[[int, int], list[str]],
         kept_size: Callable[[], int],
         *,
+        mac: str,
         sync: bool = True,
     ) -> None:
         """Write the lines of events `seq`, `seq + 1`, ... (one fsync for all, or none with `sync=False`: then the
-        caller calls `sync()` before it commits their rows), the previous event's MAC being `prev_mac`.
+        caller calls `sync()` before it commits their rows), the previous event's MAC being `prev_mac` and the
+        last new line's `mac`.
 
         `missing(first, last)` gives committed lines the file lacks; `kept_size()` the size the checkpoint
         kept beside the mirror saw, read only when lines lie past the database's end.
@@ -119,23 +128,25 @@ class Mirror:
             fd = handle.fd
             try:
                 size = stat.st_size
-                if handle.written == (size, stat.st_mtime_ns, seq - 1):
-                    end, last = size, seq - 1  # the file is as this process's last append left it
+                if handle.written == (size, stat.st_mtime_ns, seq - 1, prev_mac):
+                    # The file is as this process's last append left it, and that append committed.
+                    end, last, last_mac, lines = size, seq - 1, prev_mac, list(new_lines)
                 else:
-                    end, last = self._tail(fd, size, seq - 1)
-                lines = [*missing(last + 1, seq - 1), *new_lines] if last < seq - 1 else list(new_lines)
+                    end, last, last_mac, filled = self._continued(fd, size, seq - 1, prev_mac, missing)
+                    lines = [*filled, *new_lines]
                 data = "".join(item + "\n" for item in lines).encode()
                 if end > size:  # the last line lacks its newline (a crash mid-write): complete it
                     data = b"\n" + data
                     end = size
                 if end < size:
-                    self._set_aside(Past(os.pread(fd, size - end, end)), seq - 1, prev_mac, kept_size)
+                    past = Past(os.pread(fd, size - end, end))
+                    self._set_aside(past, last, last_mac, kept_size, seq - 1)
                     os.ftruncate(fd, end)
                 if os.pwrite(fd, data, end) != len(data):
                     raise MirrorError(f"short write to the audit mirror {self.path}")
                 if sync:
                     os.fsync(fd)
-                handle.written = (end + len(data), os.fstat(fd).st_mtime_ns, seq + len(new_lines) - 1)
+                handle.written = (end + len(data), os.fstat(fd).st_mtime_ns, seq + len(new_lines) - 1, mac)
                 self._appended = handle
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
@@ -156,9 +167,50 @@ class Mirror:
             _close_handle(self.path)
             raise MirrorError(f"cannot sync the audit mirror {self.path}: {exc.strerror}") from exc
 
-    def _set_aside(self, past: Past, size: int, mac: str, kept_size: Callable[[], int]) -> None:
+    def _continued(
+        self, fd: int, size: int, head: int, head_mac: str, missing: Callable[[int, int], list[str]]
+    ) -> tuple[int, int, str, list[str]]:
+        """Where the file of `size` bytes is to go on for the database's chain to reach event `head` (of MAC
+        `head_mac`): the end of the last line the database agrees with, that line's seq and MAC, and the committed
+        lines after it (`missing`). Normally that is the file's line of event `head` itself. Lines after it are
+        what the caller sets aside (`Past`)."""
+        end, last, raw = self._tail(fd, size, head)
+        filled = missing(last + 1, head) if last < head else []
+        agreed = head_mac if last == head else _field(filled[0], "prev_mac")
+        if not last or _field(raw, "mac") == agreed:
+            return end, last, agreed or "", filled
+        end, last, agreed = self._last_agreed(fd, end, missing)
+        return end, last, agreed, missing(last + 1, head) if last < head else []
+
+    def _last_agreed(self, fd: int, size: int, missing: Callable[[int, int], list[str]]) -> tuple[int, int, str]:
+        """The end, seq and MAC of the file's last line before byte `size` whose MAC is the database's for that
+        event (read through `missing`, committed lines, a window at a time); when there is none, the start of the
+        file and the chain's first `prev_mac`. The search stops with an error after `DIVERGED_LINES` lines, more
+        than rolled-back appends leave."""
+        committed: dict[int, str | None] = {}
+        for examined, (after, raw) in enumerate(self._lines_back(fd, size)):
+            if examined == DIVERGED_LINES:
+                raise MirrorError(
+                    f"the audit mirror {self.path} does not hold the database's events in its last "
+                    f"{counted(DIVERGED_LINES, 'line')}: the database was replaced or the file was edited. Nothing "
+                    "more is recorded until an operator has compared them: run `manage.py audit_verify` "
+                    "(docs/AUDIT.md, 'A log that cannot be rolled back')"
+                )
+            seq = line_seq(raw)
+            if seq is None or seq < 1:
+                continue
+            if seq not in committed:
+                first = max(1, seq - 63)
+                for number, line in enumerate(missing(first, seq), start=first):
+                    committed[number] = _field(line, "mac")
+            agreed = committed.get(seq)
+            if agreed is not None and agreed == _field(raw, "mac"):
+                return after, seq, agreed
+        return 0, 0, _field(missing(1, 1)[0], "prev_mac") or ""
+
+    def _set_aside(self, past: Past, size: int, mac: str, kept_size: Callable[[], int], head: int) -> None:
         """Move what appends that rolled back left to `<mirror>.rolled-back`; refuse anything else."""
-        problem = past.problem(size, mac, kept_size)
+        problem = past.problem(size, mac, kept_size, head)
         if problem is not None:
             raise MirrorError(
                 f"the audit mirror {self.path} {problem}. Nothing more is recorded until an operator has "
@@ -186,35 +238,41 @@ class Mirror:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)
             length = os.fstat(fd).st_size
-            end, _ = self._tail(fd, length, size)
+            end, _, _ = self._tail(fd, length, size)
             return Past(os.pread(fd, length - end, end) if end < length else b"")
         finally:
             os.close(fd)
 
-    def _tail(self, fd: int, size: int, seq: int) -> tuple[int, int]:
-        """Where the next line goes, and the last event at or before `seq` that the file holds.
+    def _tail(self, fd: int, size: int, seq: int) -> tuple[int, int, bytes]:
+        """Where the next line goes, and the last event at or before `seq` that the file holds, with its line.
 
         Normally the file ends with event `seq`; what follows it is past the database's end (see
         `Past`). A file that ends earlier (another process appended to the log, or the file is new) is
         filled in by the caller from the database.
         """
-        position, buffer = size, b""
-        while position > 0 and seq > 0:
-            start = max(0, position - TAIL_CHUNK)
-            os.lseek(fd, start, os.SEEK_SET)
-            buffer = os.read(fd, position - start) + buffer
-            position = start
-            pieces = buffer.split(b"\n")
-            offsets, offset = [], start
-            for piece in pieces:
-                offsets.append(offset)
-                offset += len(piece) + 1
-            first = 1 if start > 0 else 0  # a piece cut by the chunk boundary is read on the next round
-            for i in range(len(pieces) - 1, first - 1, -1):
-                found = line_seq(pieces[i]) if pieces[i].strip() else None
+        if seq > 0:
+            for after, raw in self._lines_back(fd, size):
+                found = line_seq(raw)
                 if found is not None and found <= seq:
-                    return offsets[i] + len(pieces[i]) + 1, found
-        return 0, 0
+                    return after, found, raw
+        return 0, 0, b""
+
+    @staticmethod
+    def _lines_back(fd: int, size: int) -> Iterator[tuple[int, bytes]]:
+        """The lines of the file's first `size` bytes that are not blank, from the last back, each with where the
+        line after it starts (one past `size` for a last line that lacks its newline)."""
+        position, cut = size, b""  # `cut`: the start of a line the last read began inside, read before it
+        while position > 0:
+            start = max(0, position - TAIL_CHUNK)
+            data = os.pread(fd, position - start, start) + cut
+            position = start
+            pieces = data.split(b"\n")
+            cut = pieces.pop(0) if start > 0 else b""
+            after = start + len(data) + 1
+            for piece in reversed(pieces):
+                if piece.strip():
+                    yield after, piece
+                after -= len(piece) + 1
 
     def lines(self):
         """Yield (line number, raw line) of the whole file, under a shared lock."""
@@ -267,24 +325,31 @@ class Past:
             seq, prev_mac = seq + 1, str(line.get("mac"))
         return True
 
-    def problem(self, size: int, mac: str, kept_size: Callable[[], int]) -> str | None:
+    def problem(self, size: int, mac: str, kept_size: Callable[[], int], head: int | None = None) -> str | None:
         """What is wrong with the lines past event `size`, or None when there are none or they are what
-        appends that rolled back leave. `kept_size()` is the size the kept checkpoint saw (0 if none)."""
+        appends that rolled back leave. `kept_size()` is the size the kept checkpoint saw (0 if none). `head`, when
+        later than `size`, is the database's last event: the lines stand where it holds other events."""
         if not self.lines:
             return None
+        head = size if head is None else head
+        where = (
+            f"past the database's last event {size}"
+            if head <= size
+            else f"after event {size}, where the database holds other events up to {head}"
+        )
         if self.continues(size, mac):
             kept = kept_size()
-            if kept <= size:
+            if kept <= head:
                 return None
             return (
-                f"holds events {size + 1}..{size + len(self.whole)} past the database's last event {size}, and "
+                f"holds events {size + 1}..{size + len(self.whole)} {where}, and "
                 f"the checkpoint kept beside it saw {kept}: the database was rolled back (an old backup restored) "
                 "or its tail deleted"
             )
         numbered = [seq for seq in map(line_seq, self.lines) if seq is not None]
         events = f" (events {min(numbered)}..{max(numbered)})" if numbered else ""
         return (
-            f"holds {counted(len(self.lines), 'line')} past the database's last event {size}{events} that do not continue "
+            f"holds {counted(len(self.lines), 'line')} {where}{events} that do not continue "
             "its chain: the database was rolled back or replaced, or the file was edited"
         )
 
@@ -292,6 +357,15 @@ class Past:
 def counted(number: int, noun: str) -> str:
     """`1 line`, `2 lines`: a count in a sentence."""
     return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def _field(line: str | bytes, name: str) -> str | None:
+    """Member `name` of a mirror line as text, or None when the line is not a JSON object."""
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    return str(value.get(name)) if isinstance(value, dict) else None
 
 
 def line_seq(raw: bytes) -> int | None:

@@ -443,18 +443,18 @@ def _caught_up(rows: list[tuple[Any, ...]]) -> tuple[tuple[int, str], Callable[[
     seq_at, mac_at = attnames.index("seq"), attnames.index("mac")
     if not rows or len(rows) > CATCH_UP_EVENTS + 1 or (rows[0][seq_at], rows[0][mac_at]) != (known_size, known_mac):
         return None
-    store = _BatchNodeStore(DatabaseNodeStore(), known_size, known_nodes)
     lines: dict[int, str] = {}
     size, mac = known_size, known_mac
     for row in rows[1:]:
-        event = fastsql.loaded(AuditEvent, attnames, list(row))
+        event, line = _row_line(attnames, row)
         if event.seq != size + 1:
             return None
-        event.ts = _stored_time(event.ts)
-        line = lines[event.seq] = _stored_line(event)
-        store.put_many(merkle.nodes_for_append(size, merkle.leaf_hash(line.encode()), store))
+        lines[event.seq] = line
         size, mac = event.seq, event.mac
     if lines:
+        store = _BatchNodeStore(DatabaseNodeStore(), known_size, known_nodes)
+        leaves = [merkle.leaf_hash(line.encode()) for line in lines.values()]
+        store.put_many(merkle.nodes_for_appends(known_size, leaves, store))
         _FRONTIER.keep(size, mac, store.known)
 
     def missing(first: int, last: int) -> list[str]:
@@ -676,7 +676,7 @@ def _append(
             event_insert.insert_rows(cursor, event_rows)
             node_insert.insert_rows(cursor, node_rows)
         # Synced once as the transaction commits, however many rows it appends (before_commit).
-        mirror.append(first, lines, first_prev_mac, missing, kept_size, sync=False)
+        mirror.append(first, lines, first_prev_mac, missing, kept_size, mac=prev_mac, sync=False)
         before_commit(("audit mirror", mirror.path), mirror.sync)
         _FRONTIER.keep(size, prev_mac, store.known)
         for checkpoint in due:
@@ -684,7 +684,7 @@ def _append(
         return
     kept: list[Callable[[], None]] = []
     if db.vendor == "postgresql":
-        mirror.append(first, lines, first_prev_mac, missing, kept_size, sync=False)
+        mirror.append(first, lines, first_prev_mac, missing, kept_size, mac=prev_mac, sync=False)
         mirror.sync()  # before the COMMIT is sent
         # One script, the rows bound into it on the client as Django's psycopg cursor binds every statement: one
         # Query message, one round trip, and none of a pipeline's work in psycopg. An error stops the script there.
@@ -694,7 +694,7 @@ def _append(
         _send_alone(db, _bound_on_the_client(db, script, [*event_params, *node_params]))
     else:
         _insert_alone(db, [(event_insert, event_rows), (node_insert, node_rows)])
-        mirror.append(first, lines, first_prev_mac, missing, kept_size, sync=False)
+        mirror.append(first, lines, first_prev_mac, missing, kept_size, mac=prev_mac, sync=False)
         mirror.sync()  # before the commit
     if due:  # a checkpoint reads the batch's nodes back: its INSERTs go first, and the commit after it
         for checkpoint in due:
@@ -871,12 +871,14 @@ def committed_lines(first: int, last: int) -> list[str]:
     """The mirror lines of events first..last, from the database (read on the driver's cursor: another process's
     rows are copied into this one's mirror on the append path)."""
     attnames, sql = _rows_sql()
-    lines = []
-    for row in fastsql.fetchall(sql, (first, last)):
-        event = fastsql.loaded(AuditEvent, attnames, list(row))
-        event.ts = _stored_time(event.ts)
-        lines.append(_stored_line(event))
-    return lines
+    return [_row_line(attnames, row)[1] for row in fastsql.fetchall(sql, (first, last))]
+
+
+def _row_line(attnames: list[str], row: Sequence[Any]) -> tuple[AuditEvent, str]:
+    """An event read as a row of `attnames` (`_rows_select`), and its mirror line."""
+    event = fastsql.loaded(AuditEvent, attnames, list(row))
+    event.ts = _stored_time(event.ts)
+    return event, _stored_line(event)
 
 
 def _stored_time(value: datetime | str) -> datetime:

@@ -13,7 +13,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from audit import keys
+from audit import keys, services
 from audit.checkpoint import Checkpoint, parse_and_verify
 from audit.models import AuditCheckpoint, AuditEvent, EventKind
 from audit.services import record
@@ -26,6 +26,19 @@ def append_events(count: int, **fields: Any) -> list[AuditEvent]:
         record(EventKind.TOOL_CALL, tool="test.append", arguments={"number": number}, outcome="ok", **fields)
         for number in range(count)
     ]
+
+
+def appended_by_another_process(settings: Any, tmp_path: Path, count: int) -> None:
+    """`count` events appended as another process appends them: to its own mirror, this process none the wiser (its
+    memory of the chain, `_KnownFrontier`, put back as its own last append left it)."""
+    remembered = services._FRONTIER.state
+    mirror = settings.FORGE_AUDIT_LOG
+    settings.FORGE_AUDIT_LOG = tmp_path / "other" / "audit.jsonl"
+    try:
+        append_events(count, called_by="another process")
+    finally:
+        settings.FORGE_AUDIT_LOG = mirror
+        services._FRONTIER.state = remembered
 
 
 def change_behind_the_models_back(sql: str, params: Sequence[Any] = ()) -> None:

@@ -6,33 +6,19 @@ memory of the chain (`_KnownFrontier`) is put back as its own last append left i
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from django.db import connection
 
 from audit import services
 from audit.models import AuditEvent, AuditTreeNode, EventKind
 from audit.services import record
-from tests.audit.helpers import append_events, audit_verify, mirror_lines
+from tests.audit.helpers import append_events, appended_by_another_process, audit_verify, mirror_lines
 from tests.audit.test_round_trips import GROUP_COMMITTED_APPEND_ROUND_TRIPS, sent_messages
 
 pytestmark = [
     pytest.mark.skipif(connection.vendor != "postgresql", reason="the catch-up script is PostgreSQL's"),
     pytest.mark.django_db(transaction=True),
 ]
-
-
-def appended_by_another_process(settings, tmp_path: Path, count: int) -> None:
-    """`count` events appended as another process appends them: to its own mirror, this process none the wiser."""
-    remembered = services._FRONTIER.state
-    mirror = settings.FORGE_AUDIT_LOG
-    settings.FORGE_AUDIT_LOG = tmp_path / "other" / "audit.jsonl"
-    try:
-        append_events(count, called_by="another process")
-    finally:
-        settings.FORGE_AUDIT_LOG = mirror
-        services._FRONTIER.state = remembered
 
 
 def round_trips(sent: list[str]) -> int:

@@ -78,7 +78,8 @@ def test_a_line_another_writer_left_past_the_end_is_found_and_refused(mirror_pat
 
 
 def _append(mirror: Mirror, seq: int) -> None:
-    mirror.append(seq, [json.dumps({"seq": seq})], "", lambda first, last: [], lambda: 0, sync=False)
+    line = json.dumps({"mac": f"m{seq}", "prev_mac": f"m{seq - 1}", "seq": seq})
+    mirror.append(seq, [line], f"m{seq - 1}", lambda first, last: [], lambda: 0, mac=f"m{seq}", sync=False)
     mirror.sync()
 
 
@@ -91,7 +92,8 @@ def test_an_append_and_its_sync_look_at_the_path_once_and_sync_the_file_written(
     monkeypatch.setattr(os, "stat", lambda where, *a, **k: looked.append(where) or real_stat(where, *a, **k))
     monkeypatch.setattr(os, "fsync", lambda fd: synced.append(os.fstat(fd).st_ino) or real_fsync(fd))
     mirror = Mirror(path)
-    mirror.append(2, [json.dumps({"seq": 2})], "", lambda first, last: [], lambda: 0, sync=False)
+    line = json.dumps({"mac": "m2", "prev_mac": "m1", "seq": 2})
+    mirror.append(2, [line], "m1", lambda first, last: [], lambda: 0, mac="m2", sync=False)
     written = real_stat(path).st_ino
     replacement = tmp_path / "replacement.jsonl"
     replacement.write_bytes(path.read_bytes())
