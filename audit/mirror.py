@@ -127,13 +127,14 @@ class Mirror:
             handle, stat = _locked_handle(self.path)
             fd = handle.fd
             try:
-                size = stat.st_size
-                if handle.written == (size, stat.st_mtime_ns, seq - 1, prev_mac):
-                    # The file is as this process's last append left it, and that append committed.
-                    end, last, last_mac, lines = size, seq - 1, prev_mac, list(new_lines)
+                size, written = stat.st_size, handle.written
+                if written is not None and written[:2] == (size, stat.st_mtime_ns) and written[2] < seq:
+                    # The file is as this process's last append left it: it ends with that append's last event.
+                    known: tuple[int, str] | None = written[2:]
                 else:
-                    end, last, last_mac, filled = self._continued(fd, size, seq - 1, prev_mac, missing)
-                    lines = [*filled, *new_lines]
+                    known = None
+                end, last, last_mac, filled = self._continued(fd, size, seq - 1, prev_mac, missing, known)
+                lines = [*filled, *new_lines]
                 data = "".join(item + "\n" for item in lines).encode()
                 if end > size:  # the last line lacks its newline (a crash mid-write): complete it
                     data = b"\n" + data
@@ -168,16 +169,28 @@ class Mirror:
             raise MirrorError(f"cannot sync the audit mirror {self.path}: {exc.strerror}") from exc
 
     def _continued(
-        self, fd: int, size: int, head: int, head_mac: str, missing: Callable[[int, int], list[str]]
+        self,
+        fd: int,
+        size: int,
+        head: int,
+        head_mac: str,
+        missing: Callable[[int, int], list[str]],
+        known: tuple[int, str] | None,
     ) -> tuple[int, int, str, list[str]]:
         """Where the file of `size` bytes is to go on for the database's chain to reach event `head` (of MAC
         `head_mac`): the end of the last line the database agrees with, that line's seq and MAC, and the committed
-        lines after it (`missing`). Normally that is the file's line of event `head` itself. Lines after it are
-        what the caller sets aside (`Past`)."""
-        end, last, raw = self._tail(fd, size, head)
+        lines after it (`missing`). Normally that is the file's line of event `head` itself, or its last line when
+        other processes appended since. Lines after it are what the caller sets aside (`Past`). `known`: the seq
+        and MAC of the file's last line, when this process wrote it (no need to read the file's tail)."""
+        mac: str | None
+        if known is not None:
+            end, (last, mac) = size, known
+        else:
+            end, last, raw = self._tail(fd, size, head)
+            mac = _field(raw, "mac") if last else None
         filled = missing(last + 1, head) if last < head else []
-        agreed = head_mac if last == head else _field(filled[0], "prev_mac")
-        if not last or _field(raw, "mac") == agreed:
+        agreed = head_mac if last == head else _field(filled[0], "prev_mac") if filled else None
+        if not last or mac == agreed:
             return end, last, agreed or "", filled
         end, last, agreed = self._last_agreed(fd, end, missing)
         return end, last, agreed, missing(last + 1, head) if last < head else []

@@ -14,6 +14,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from audit import keys, services
+from audit import mirror as mirror_module
 from audit.checkpoint import Checkpoint, parse_and_verify
 from audit.models import AuditCheckpoint, AuditEvent, EventKind
 from audit.services import record
@@ -30,15 +31,19 @@ def append_events(count: int, **fields: Any) -> list[AuditEvent]:
 
 def appended_by_another_process(settings: Any, tmp_path: Path, count: int) -> None:
     """`count` events appended as another process appends them: to its own mirror, this process none the wiser (its
-    memory of the chain, `_KnownFrontier`, put back as its own last append left it)."""
+    memory of the chain, `_KnownFrontier`, and its open mirror put back as its own last append left them)."""
     remembered = services._FRONTIER.state
     mirror = settings.FORGE_AUDIT_LOG
+    held = mirror_module._handles.pop(mirror, None)
     settings.FORGE_AUDIT_LOG = tmp_path / "other" / "audit.jsonl"
     try:
         append_events(count, called_by="another process")
     finally:
         settings.FORGE_AUDIT_LOG = mirror
         services._FRONTIER.state = remembered
+        mirror_module._close_handle(tmp_path / "other" / "audit.jsonl")
+        if held is not None:
+            mirror_module._handles[mirror] = held
 
 
 def change_behind_the_models_back(sql: str, params: Sequence[Any] = ()) -> None:

@@ -106,3 +106,18 @@ def test_a_mirror_whose_last_lines_are_not_the_databases_events_stops_appends_an
 
     assert mirror_lines(mirror_path) == lines
     assert AuditEvent.objects.count() == 5
+
+
+def test_after_another_processs_appends_the_file_this_process_left_is_continued_without_reading_its_tail(
+    settings, tmp_path, mirror_path, monkeypatch
+):
+    append_events(3)
+    appended_by_another_process(settings, tmp_path, 2)
+    read: list[object] = []
+    real = mirror_module.Mirror._tail
+    monkeypatch.setattr(mirror_module.Mirror, "_tail", lambda *a: read.append(a) or real(*a))
+
+    record(EventKind.TOOL_CALL, tool="test.after")
+
+    assert read == []  # its last line is the one this process wrote, of the seq and MAC it remembers
+    assert mirror_lines(mirror_path) == committed_lines()
