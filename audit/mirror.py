@@ -128,13 +128,15 @@ class Mirror:
             fd = handle.fd
             try:
                 size, written = stat.st_size, handle.written
-                if written is not None and written[:2] == (size, stat.st_mtime_ns) and written[2] < seq:
-                    # The file is as this process's last append left it: it ends with that append's last event.
-                    known: tuple[int, str] | None = written[2:]
+                if written == (size, stat.st_mtime_ns, seq - 1, prev_mac):
+                    # The file is as this process's last append left it, and that append committed.
+                    end, last, last_mac, lines = size, seq - 1, prev_mac, list(new_lines)
                 else:
-                    known = None
-                end, last, last_mac, filled = self._continued(fd, size, seq - 1, prev_mac, missing, known)
-                lines = [*filled, *new_lines]
+                    # As this process left it, the file ends with the last event that append wrote.
+                    as_left = written is not None and written[:2] == (size, stat.st_mtime_ns) and written[2] < seq
+                    known = written[2:] if written is not None and as_left else None
+                    end, last, last_mac, filled = self._continued(fd, size, seq - 1, prev_mac, missing, known)
+                    lines = [*filled, *new_lines]
                 data = "".join(item + "\n" for item in lines).encode()
                 if end > size:  # the last line lacks its newline (a crash mid-write): complete it
                     data = b"\n" + data
