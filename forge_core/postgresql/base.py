@@ -1,4 +1,5 @@
-"""Django's PostgreSQL backend, running the transaction's `forge_core.before_commit` hooks as it commits."""
+"""Django's PostgreSQL backend, running the transaction's `forge_core.before_commit` hooks as it commits, and telling a
+worker thread whether it may keep its pooled connection between hops."""
 
 from __future__ import annotations
 
@@ -22,3 +23,9 @@ class DatabaseWrapper(RunsBeforeCommit, base.DatabaseWrapper):
         if connection.autocommit == autocommit and connection.pgconn.transaction_status == TransactionStatus.IDLE:
             return
         super()._set_autocommit(autocommit)  # type: ignore[misc]  # private in django-stubs
+
+    def kept_idle(self) -> bool:
+        """Whether this thread's connection is open with no transaction on the server, nothing a return to the pool
+        would roll back: a worker thread then keeps it for its next hop (`forge_core.workers`)."""
+        connection = self.connection
+        return connection is not None and connection.pgconn.transaction_status == TransactionStatus.IDLE
