@@ -209,7 +209,7 @@ def _kept_between_hops(connection: BaseDatabaseWrapper) -> Callable[[], bool] | 
     seventh of a call's instructions on PostgreSQL (docs/PERFORMANCE.md). The threads that keep one are bounded
     (`FORGE_WORKERS` and `FORGE_VIEW_WORKERS`), so this holds only while together they stay below the pool's maximum,
     leaving connections for the threads that take one per use (Channels' and asgiref's executors, `runmcp`'s loops);
-    else each hop takes one from the pool and gives it back, as Django does."""
+    else each hop takes one from the pool and gives it back, as Django does (`manage.py check` warns, forge.W009)."""
     kept_idle: Callable[[], bool] | None = getattr(connection, "kept_idle", None)
     pool = getattr(connection, "pool", None)
     if kept_idle is None or pool is None:
