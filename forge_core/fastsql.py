@@ -3,7 +3,8 @@
 Django's cursor wrapper costs more than the small SELECTs of a call's hot path (`access.hotpath`): a
 thread-sharing check, the execute-wrapper chain, and on SQLite a regular expression that rewrites each `%s`
 placeholder as `?`. Here the statement is written in the driver's placeholder style once (`driver_sql`), run
-on the connection Django already holds for this thread, and any driver error is still raised as Django's
+on the connection Django already holds for this thread (in a cursor its backend makes, `driver_cursor`: on
+PostgreSQL one that reads `timestamptz` with psycopg's own C loader), and any driver error is still raised as Django's
 (`DatabaseError` and its kin), so callers catch what they always caught. Only reads go this way: writes keep
 Django's cursor, where tests and execute wrappers can see them (the one exception, a group-committed audit
 batch's INSERTs on SQLite, takes the driver's cursor only while no execute wrapper or query log watches:
@@ -78,7 +79,7 @@ def _run(
     if db.needs_rollback:
         db.validate_no_broken_transaction()
     with db.wrap_database_errors:
-        cursor = db.connection.cursor()
+        cursor = db.driver_cursor()  # type: ignore[attr-defined]  # each of the project's backends has one
         try:
             cursor.execute(sql, params)
             return fetch(cursor)

@@ -27,7 +27,7 @@ from typing import Any
 
 from asgiref.sync import SyncToAsync, _restore_context
 from django.conf import settings
-from django.db import connections
+from django.db import DatabaseError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 
@@ -108,12 +108,15 @@ class LastIdleFirst(Executor):
 
     def _serve(self, me: _Thread) -> None:
         work = self._next(me)
-        while work is not _STOP:
-            if work is None:
-                me.wake.acquire()
-                work, me.work = me.work, None
-                continue
-            work = self._run(work, me)
+        try:
+            while work is not _STOP:
+                if work is None:
+                    me.wake.acquire()
+                    work, me.work = me.work, None
+                    continue
+                work = self._run(work, me)
+        finally:
+            _let_go()
 
     def _next(self, me: _Thread) -> _Work | None:
         """The work waiting longest, or None with `me` marked idle (last in, first woken), or `_STOP`."""
@@ -187,14 +190,31 @@ VIEWS = "forge-view"
 _thread = threading.local()
 
 
-def _own_connections() -> list[BaseDatabaseWrapper]:
+def _own_connections() -> list[tuple[BaseDatabaseWrapper, Callable[[], bool] | None]]:
     """This thread's connection of each database, looked up once: each lookup through Django's `connections`
     goes through asgiref's thread-local storage, and Django's `close_old_connections` makes four of them a
-    hop (a twentieth of a call's CPU)."""
-    held: list[BaseDatabaseWrapper] | None = getattr(_thread, "connections", None)
+    hop (a twentieth of a call's CPU). Each comes with how to tell whether the thread may keep it to its next hop
+    though Django would end it (`_kept_between_hops`), or None."""
+    held: list[tuple[BaseDatabaseWrapper, Callable[[], bool] | None]] | None = getattr(_thread, "connections", None)
     if held is None:
-        held = _thread.connections = [connections[alias] for alias in connections]
+        held = _thread.connections = [(connection, _kept_between_hops(connection)) for connection in connections.all()]
     return held
+
+
+def _kept_between_hops(connection: BaseDatabaseWrapper) -> Callable[[], bool] | None:
+    """For a connection lent by Django's PostgreSQL pool, its backend's check that it is idle, no transaction open
+    on the server (`forge_core.postgresql`): such a connection stays with this thread between hops. Django hands it
+    back to the pool at the end of every request (its pool wants `CONN_MAX_AGE=0`), and the next hop's first
+    statement took it again through `connect()`: its parameters built again, the pool's `getconn`, its set-up, a
+    seventh of a call's instructions on PostgreSQL (docs/PERFORMANCE.md). The threads that keep one are bounded
+    (`FORGE_WORKERS` and `FORGE_VIEW_WORKERS`), so this holds only while together they stay below the pool's maximum,
+    leaving connections for the threads that take one per use (Channels' and asgiref's executors, `runmcp`'s loops);
+    else each hop takes one from the pool and gives it back, as Django does (`manage.py check` warns, forge.W009)."""
+    kept_idle: Callable[[], bool] | None = getattr(connection, "kept_idle", None)
+    pool = getattr(connection, "pool", None)
+    if kept_idle is None or pool is None:
+        return None
+    return kept_idle if pool.max_size > settings.FORGE_WORKERS + settings.FORGE_VIEW_WORKERS else None
 
 
 def _upkeep() -> None:
@@ -202,14 +222,17 @@ def _upkeep() -> None:
     its `CONN_MAX_AGE` (on PostgreSQL, with Django's pool, that hands it back to the pool).
 
     An open connection with nothing to look at (its configured autocommit, no error since its last commit or
-    rollback, no maximum age) only has its health check marked due, as Django's `close_if_unusable_or_obsolete`
-    would: Django's reads the autocommit through two calls that each ask whether an event loop runs in this
-    thread (an exception raised and caught each time), a third of a hop's own cost. Any other connection, or a
-    backend with its own `close_if_unusable_or_obsolete`, goes through Django's."""
-    for connection in _own_connections():
+    rollback, no maximum age, or a pooled connection this thread keeps, `_kept_between_hops`) only has its health
+    check marked due, as Django's `close_if_unusable_or_obsolete` would: Django's reads the autocommit through two
+    calls that each ask whether an event loop runs in this thread (an exception raised and caught each time), a
+    third of a hop's own cost. Any other connection, or a backend with its own `close_if_unusable_or_obsolete`, goes
+    through Django's. A pooled connection kept this way is still handed back after an error or with a transaction
+    left open, and a dead one is noticed by the error its next statement raises (the pool's own connections are not
+    checked before they are lent either)."""
+    for connection, kept_idle in _own_connections():
         if (
             connection.connection is not None
-            and connection.close_at is None
+            and (connection.close_at is None or (kept_idle is not None and kept_idle()))
             and not connection.errors_occurred
             and connection.autocommit == connection.settings_dict["AUTOCOMMIT"]
             and type(connection).close_if_unusable_or_obsolete is _DJANGOS_UPKEEP
@@ -217,6 +240,14 @@ def _upkeep() -> None:
             connection.health_check_done = False  # type: ignore[attr-defined]  # not in django-stubs
         else:
             connection.close_if_unusable_or_obsolete()
+
+
+def _let_go() -> None:
+    """At a pool thread's end, the connections it kept go back (to Django's pool, which would otherwise count them
+    as lent for good)."""
+    for connection, _kept_idle in getattr(_thread, "connections", ()):
+        with contextlib.suppress(DatabaseError):  # a dead one: the pool drops it either way
+            connection.close()
 
 
 _DJANGOS_UPKEEP = BaseDatabaseWrapper.close_if_unusable_or_obsolete

@@ -50,6 +50,29 @@ def check_scale_out_has_a_channel_layer(app_configs: Sequence[Any] | None = None
     return []
 
 
+@register(Tags.database)
+def check_worker_threads_fit_the_pool(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """On PostgreSQL each MCP and view worker thread keeps a pooled connection between hops (forge_core.workers)
+    only while together they leave the pool a connection for every other thread."""
+    database = settings.DATABASES["default"]
+    pool = database.get("OPTIONS", {}).get("pool")
+    if "postgresql" not in database["ENGINE"] or not isinstance(pool, dict) or "max_size" not in pool:
+        return []
+    threads = settings.FORGE_WORKERS + settings.FORGE_VIEW_WORKERS
+    if threads < pool["max_size"]:
+        return []
+    return [
+        Warning(
+            f"FORGE_WORKERS plus FORGE_VIEW_WORKERS ({threads}) is not below FORGE_DB_POOL_MAX ({pool['max_size']}): "
+            "the worker threads take a connection from the pool for every request instead of keeping one, and "
+            "requests may wait for a connection.",
+            hint=f"Set FORGE_DB_POOL_MAX to at least {threads + 1}, more for a process's other threads (the defaults "
+            "leave them 8), or lower FORGE_WORKERS or FORGE_VIEW_WORKERS.",
+            id="forge.W009",
+        )
+    ]
+
+
 def loose_modes(folder: Path) -> list[str]:
     """The folder itself and the files in it that users other than the owner may read or enter."""
     loose = []

@@ -117,9 +117,11 @@ _database_url = envstr("DATABASE_URL", "")
 if _database_url:
     # Django's PostgreSQL backend, which also runs the work a commit waits for (forge_core/before_commit.py).
     DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=0, engine="forge_core.postgresql")}
-    # Under ASGI every request runs in a thread of its own, so a persistent connection would never be
-    # reused (each request opened one, 3.8 ms, and left it to its dead thread): PostgreSQL connections come
-    # from Django's psycopg pool instead, and go back to it when a request or a database hop ends.
+    # Connections come from Django's psycopg pool (which wants CONN_MAX_AGE=0). The bounded threads MCP calls
+    # and Django's views hop into (forge_core.workers) each keep theirs from one hop to the next; any other
+    # thread (asgiref's and Channels' executors, runmcp's loops) gives its connection back when its request or
+    # unit of work ends, so none is left to a thread that ends (a persistent connection per thread was opened
+    # anew for each request's new thread, 3.8 ms, and left to it).
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
         "min_size": envint("FORGE_DB_POOL_MIN", 2, minimum=0),
         "max_size": envint("FORGE_DB_POOL_MAX", 20, minimum=1),
@@ -150,8 +152,10 @@ else:
     # made a call four times slower on this stack (DESIGN section 16).
     DATABASES["default"]["CONN_MAX_AGE"] = None
 
-# Threads in which MCP requests do their database and file work side by side (forge_core.workers); on
-# PostgreSQL keep it and FORGE_VIEW_WORKERS together at or below FORGE_DB_POOL_MAX, or requests wait for a connection.
+# Threads in which MCP requests do their database and file work side by side (forge_core.workers). On
+# PostgreSQL keep it and FORGE_VIEW_WORKERS together below FORGE_DB_POOL_MAX: each of these threads keeps a
+# pooled connection between hops, the rest of the pool serves the other threads; at or above it they take one
+# from the pool each hop instead, and requests may wait for a connection.
 FORGE_WORKERS = envint("FORGE_WORKERS", 8, minimum=1)
 # Threads in which Django's views (the console, the operator, audit and draft APIs) run, a request at a time
 # each (forge_site.django_views): a pool of their own, so a slow page never holds a thread an MCP call waits for.

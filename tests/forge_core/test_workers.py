@@ -10,8 +10,8 @@ import time
 
 import anyio
 import pytest
-from asgiref.sync import async_to_sync
-from django.db import DEFAULT_DB_ALIAS, connection, connections
+from asgiref.sync import async_to_sync, sync_to_async
+from django.db import DEFAULT_DB_ALIAS, OperationalError, connection, connections
 
 from forge_core import workers
 from forge_core.workers import LastIdleFirst, hop_into, in_pool
@@ -49,9 +49,7 @@ def one_thread():
     made.shutdown()
 
 
-async def test_a_healthy_connection_stays_open_from_one_hop_to_the_next(one_thread, settings):
-    if settings.DATABASES["default"].get("CONN_MAX_AGE", 0) is not None:
-        pytest.skip("persistent on the embedded database only: Django's PostgreSQL pool lends a connection per hop")
+async def test_a_healthy_connection_stays_open_from_one_hop_to_the_next(one_thread):
     opened = await one_thread(_open_connection)()
 
     assert await one_thread(lambda: connection.connection)() is opened
@@ -81,7 +79,7 @@ def _upkeep_checks(monkeypatch) -> list[str]:
     """Count Django's own per-request check of this thread's connection (the autocommit read it starts with)."""
     asked: list[str] = []
     db = connections[DEFAULT_DB_ALIAS]
-    assert db in workers._own_connections()
+    assert db in [own for own, _kept_idle in workers._own_connections()]
     get_autocommit = db.get_autocommit
 
     def counted():
@@ -92,9 +90,7 @@ def _upkeep_checks(monkeypatch) -> list[str]:
     return asked
 
 
-def test_the_upkeep_of_a_healthy_persistent_connection_only_marks_its_health_check_due(monkeypatch, settings):
-    if settings.DATABASES["default"].get("CONN_MAX_AGE", 0) is not None:
-        pytest.skip("persistent on the embedded database only: Django's PostgreSQL pool lends a connection per hop")
+def test_the_upkeep_of_a_healthy_kept_connection_only_marks_its_health_check_due(monkeypatch):
     _open_connection()
     db = connections[DEFAULT_DB_ALIAS]
     opened = db.connection
@@ -106,8 +102,13 @@ def test_the_upkeep_of_a_healthy_persistent_connection_only_marks_its_health_che
     assert asked == [] and db.connection is opened and db.health_check_done is False
 
 
-@pytest.mark.parametrize("why", ["errors", "autocommit", "max age"])
+@pytest.mark.parametrize("why", ["errors", "autocommit", "max age", "transaction open"])
 def test_the_upkeep_of_any_other_connection_is_djangos_and_closes_what_it_would(monkeypatch, why):
+    pooled = connection.vendor == "postgresql"
+    if why == "max age" and pooled:
+        pytest.skip("a pooled connection has no age of its own: Django's pool wants CONN_MAX_AGE=0")
+    if why == "transaction open" and not pooled:
+        pytest.skip("kept by its age alone on the embedded database, as Django keeps a persistent connection")
     _open_connection()
     db = connections[DEFAULT_DB_ALIAS]
     asked = _upkeep_checks(monkeypatch)
@@ -118,12 +119,94 @@ def test_the_upkeep_of_any_other_connection_is_djangos_and_closes_what_it_would(
         monkeypatch.setattr(db, "is_usable", lambda: False)
     elif why == "autocommit":
         monkeypatch.setattr(db, "autocommit", not db.settings_dict["AUTOCOMMIT"])
-    else:
+    elif why == "max age":
         monkeypatch.setattr(db, "close_at", time.monotonic() - 1)
+    else:
+        db.connection.execute("BEGIN")  # as a script whose COMMIT never came would leave it
 
-    workers._upkeep()
+    try:
+        workers._upkeep()
+    finally:
+        if why == "transaction open":
+            db.connection.rollback()
 
     assert asked == ["get_autocommit"] and closed == [True]
+
+
+on_postgresql = pytest.mark.skipif(connection.vendor != "postgresql", reason="Django's PostgreSQL pool")
+
+
+@pytest.fixture
+def pool_lendings(monkeypatch) -> tuple[list[object], list[object]]:
+    """The connections Django's pool lends (`getconn`) and gets back (`putconn`) from now on."""
+    from psycopg_pool import ConnectionPool
+
+    lent: list[object] = []
+    back: list[object] = []
+    getconn, putconn = ConnectionPool.getconn, ConnectionPool.putconn
+
+    def counted_getconn(self, *args, **kwargs):
+        lent.append(made := getconn(self, *args, **kwargs))
+        return made
+
+    def counted_putconn(self, conn):
+        back.append(conn)
+        putconn(self, conn)
+
+    monkeypatch.setattr(ConnectionPool, "getconn", counted_getconn)
+    monkeypatch.setattr(ConnectionPool, "putconn", counted_putconn)
+    return lent, back
+
+
+def _backend_pid() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return cursor.fetchone()[0]
+
+
+@on_postgresql
+async def test_a_pool_thread_takes_one_pooled_connection_for_many_hops_and_gives_it_back_as_it_ends(pool_lendings):
+    lent, back = pool_lendings
+    made = LastIdleFirst(1, "forge-work-test")
+    try:
+        pids = {await hop_into(made, _backend_pid)() for _ in range(10)}
+        assert len(lent) == 1 and back == [] and len(pids) == 1
+    finally:
+        made.shutdown()
+
+    assert back == lent
+
+
+@on_postgresql
+async def test_pool_threads_that_could_hold_the_whole_pool_take_a_connection_per_hop(pool_lendings, settings):
+    lent, back = pool_lendings
+    settings.FORGE_WORKERS = settings.DATABASES["default"]["OPTIONS"]["pool"]["max_size"]
+    made = LastIdleFirst(1, "forge-work-test")
+    try:
+        for _ in range(3):
+            await hop_into(made, _backend_pid)()
+    finally:
+        made.shutdown()
+
+    assert len(lent) == 3 and back == lent
+
+
+def _end_session(pid: int) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+
+
+@on_postgresql
+async def test_a_kept_connection_the_server_ended_fails_its_hop_then_goes_back_for_a_new_one(one_thread, pool_lendings):
+    lent, back = pool_lendings
+    first = await one_thread(_backend_pid)()
+    await sync_to_async(_end_session)(first)
+
+    with pytest.raises(OperationalError):
+        await one_thread(_backend_pid)()
+
+    assert back == lent[:1]
+    assert await one_thread(_backend_pid)() != first
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ FORGE_IDS = {
     "forge.W006",
     "forge.W007",
     "forge.E008",
+    "forge.W009",
 }
 POSTGRESQL = "django.db.backends.postgresql"
 IN_MEMORY = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
@@ -109,6 +110,29 @@ def test_postgresql_with_redis_is_the_scale_out_path_and_passes(sound, settings,
     settings.CHANNEL_LAYERS = REDIS
 
     assert forge_messages() == {}
+
+
+def _pool_of(settings, monkeypatch, max_size: int) -> None:
+    """PostgreSQL's engine and pool in the settings only (the test database stays as it is), 8 + 4 worker threads."""
+    monkeypatch.setitem(settings.DATABASES["default"], "ENGINE", POSTGRESQL)
+    monkeypatch.setitem(settings.DATABASES["default"], "OPTIONS", {"pool": {"max_size": max_size}})
+    settings.CHANNEL_LAYERS = REDIS
+    settings.FORGE_WORKERS, settings.FORGE_VIEW_WORKERS = 8, 4
+
+
+def test_worker_threads_that_could_hold_the_whole_pool_warn_that_they_keep_no_connection(sound, settings, monkeypatch):
+    _pool_of(settings, monkeypatch, 12)
+
+    found = forge_messages(deploy=False)
+
+    assert list(found) == ["forge.W009"]
+    assert "FORGE_DB_POOL_MAX to at least 13" in found["forge.W009"]
+
+
+def test_worker_threads_that_leave_the_pool_a_connection_pass(sound, settings, monkeypatch):
+    _pool_of(settings, monkeypatch, 13)
+
+    assert forge_messages(deploy=False) == {}
 
 
 @pytest.mark.parametrize("loose", ["folder", "file"])
