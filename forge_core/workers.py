@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import contextvars
 import functools
 import os
@@ -293,8 +292,12 @@ class _Hop(_Work):
         return self.fn(*self.args, **self.kwargs)
 
     def settle(self, result: Any, exc: BaseException | None) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is left to tell
+        # The pool thread still holds the GIL here while the loop it wakes wants it: as little as possible
+        # after the wake-up (a `try` costs nothing, `contextlib.suppress` is a Python object and two calls).
+        try:
             self.loop.call_soon_threadsafe(_settle, self.waiter, result, exc)
+        except RuntimeError:  # the loop has closed: nobody is left to tell
+            return
 
 
 def _settle(waiter: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:

@@ -75,6 +75,19 @@ def test_a_head_within_the_limits_is_served_on_uvicorn(uvicorn_server):
     assert httpx.get(f"{uvicorn_server.base}/healthz", headers=headers).status_code == 200
 
 
+def test_a_request_expecting_100_continue_gets_it_before_its_answer_on_uvicorn(uvicorn_server):
+    # The protocol reads header lines itself (`on_header`): a name in capitals is still the header uvicorn acts on.
+    body = b'{"jsonrpc":"2.0","id":1,"method":"ping"}'
+    request = (
+        b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nEXPECT: 100-Continue\r\nContent-Type: application/json\r\n"
+        b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body)
+    ) + body
+
+    answer = exchange(uvicorn_server.base, request)
+
+    assert answer.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 401 "), answer[:200]
+
+
 def test_every_answer_reaches_the_client_whole_before_a_close_on_uvicorn(uvicorn_server):
     # A response's writes go out at the end of the loop's turn (WritesOfATurn): an answer the server closes the
     # connection after, and two requests sent at once, still reach the client whole and in order.

@@ -90,6 +90,29 @@ def test_a_time_kept_in_another_form_is_read_as_the_orm_reads_it(cast, kept, rea
     assert found.expires_at.utcoffset() == read.utcoffset()
 
 
+@pytest.mark.parametrize(
+    "kept",
+    [
+        '{"name":"probe","nested":{"list":[1,2.5,null,true]},"text":"caf\\u00e9"}',  # as Django writes it
+        ' {"name": "probe"} ',  # whitespace around the value (the database keeps only valid JSON)
+        "[1,2]",
+        '"a text"',
+        "null",
+    ],
+)
+def test_a_json_column_kept_in_any_form_is_read_as_the_orm_reads_it(cast, kept):
+    session = do_open_session(cast.operator.token, transport=Transport.STREAMABLE_HTTP, protocol_version="2025-11-25")
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {McpSession._meta.db_table} SET client_info = %s WHERE id = %s", [kept, session.id])
+
+    token = hotpath.token_by_digest(cast.operator.token.digest, session.id)
+    found = hotpath.open_session_of(token, session.id)
+
+    expected = McpSession.objects.get(pk=session.id).client_info
+    assert found.client_info == expected
+    assert type(found.client_info) is type(expected)
+
+
 def test_token_by_digest_of_an_unknown_digest_is_none(cast):
     assert hotpath.token_by_digest("0" * 64) is None
 
