@@ -28,7 +28,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 class RolledBack(Exception):
-    pass
+    """Raised inside a transaction to roll it back after its appends wrote their mirror lines."""
 
 
 def rolled_back(mirror_path: Path, count: int) -> list[str]:
