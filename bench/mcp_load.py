@@ -16,7 +16,7 @@ Sessions:
 
 Measurements: ``sequential_latency`` (p50/p99 of back-to-back calls),
 ``concurrent_throughput`` (calls/s from many clients), ``server_cpu_ms``
-(user+system CPU of the server process tree, from /proc) and ``idle_streams``
+(user+system CPU of the server process tree: each process's CPU-time clock, found from /proc) and ``idle_streams``
 (server RSS growth per idle SSE stream).  Every loop is bounded in count and
 time.
 
@@ -387,15 +387,27 @@ Pids = int | Sequence[int]
 """One server's pid, or the pids of a deployment's server processes (their CPU is summed)."""
 
 
+def process_cpu_ms(pid: int) -> float:
+    """CPU time (ms) used so far by all the threads of process ``pid``, live and ended, to the nanosecond.
+
+    /proc's utime and stime count in clock ticks (10 ms), too coarse for a block of a few dozen calls, so this
+    reads the process's CPU-time clock (Linux's ``clock_getcpuclockid``: ``CPUCLOCK_SCHED`` of the pid),
+    falling back to /proc's ticks where the clock cannot be read."""
+    try:
+        return time.clock_gettime_ns(((~pid) << 3) | 2) / 1e6
+    except OSError:
+        fields = _stat_fields(pid)
+        return (int(fields[11]) + int(fields[12])) * 1000 / CLK_TCK  # utime, stime
+
+
 def server_cpu_ms(pids: Pids) -> float:
     """User+system CPU time (ms) used so far by the process tree rooted at ``pids`` (each of them, if several)."""
-    ticks = 0
+    used = 0.0
     for root in [pids] if isinstance(pids, int) else pids:
         for member in process_tree(root):
             with contextlib.suppress(OSError):
-                fields = _stat_fields(member)
-                ticks += int(fields[11]) + int(fields[12])  # utime, stime
-    return ticks * 1000 / CLK_TCK
+                used += process_cpu_ms(member)
+    return used
 
 
 def server_rss_kb(pid: int) -> int:
@@ -444,11 +456,14 @@ class LatencyResult:
     mean_ms: float
     server_cpu_ms_per_call: float | None
     client_cpu_ms_per_call: float
+    timings_ms: list[float] = field(default_factory=list, repr=False)  # sorted
 
 
-async def sequential_latency(session: Session, n: int, sse: bool = False, pid: Pids | None = None) -> LatencyResult:
-    """Time ``n`` back-to-back ``server_info`` calls after a short warm-up."""
-    for _ in range(WARMUP_CALLS):
+async def sequential_latency(
+    session: Session, n: int, sse: bool = False, pid: Pids | None = None, warmup: int = WARMUP_CALLS
+) -> LatencyResult:
+    """Time ``n`` back-to-back ``server_info`` calls after ``warmup`` unmeasured ones."""
+    for _ in range(warmup):
         await session.call(TOOL, sse=sse)
     window = CpuWindow(pid)
     timings: list[float] = []
@@ -465,6 +480,7 @@ async def sequential_latency(session: Session, n: int, sse: bool = False, pid: P
         mean_ms=sum(timings) / n,
         server_cpu_ms_per_call=server_cpu,
         client_cpu_ms_per_call=client_cpu,
+        timings_ms=timings,
     )
 
 
@@ -480,7 +496,7 @@ class ThroughputResult:
     first_error: str | None
 
 
-async def _open_all(factory: SessionFactory, count: int) -> list[Session]:
+async def open_all(factory: SessionFactory, count: int) -> list[Session]:
     """Open ``count`` sessions concurrently; if any fails, close the rest and raise."""
     opened = await asyncio.gather(*(factory() for _ in range(count)), return_exceptions=True)
     sessions = [s for s in opened if not isinstance(s, BaseException)]
@@ -503,7 +519,18 @@ async def concurrent_throughput(
     Sessions are opened before the clock starts; calls still in flight at the
     deadline are awaited and counted.
     """
-    sessions = await _open_all(factory, clients)
+    sessions = await open_all(factory, clients)
+    try:
+        return await throughput(sessions, duration_s, sse, pid)
+    finally:
+        await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
+
+
+async def throughput(
+    sessions: Sequence[Session], duration_s: float, sse: bool = False, pid: Pids | None = None
+) -> ThroughputResult:
+    """Each of the already open ``sessions`` calls ``server_info`` back to back for ``duration_s``, one client
+    each; calls still in flight at the deadline are awaited and counted. The sessions stay open."""
     calls = errors = 0
     first_error: str | None = None
 
@@ -521,17 +548,14 @@ async def concurrent_throughput(
         calls += own_calls
         errors += own_errors
 
-    try:
-        window = CpuWindow(pid)
-        start = time.monotonic()
-        deadline = start + duration_s
-        await asyncio.gather(*(worker(s, deadline) for s in sessions))
-        seconds = time.monotonic() - start
-        server_cpu, client_cpu = window.per_call(calls)
-    finally:
-        await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
+    window = CpuWindow(pid)
+    start = time.monotonic()
+    deadline = start + duration_s
+    await asyncio.gather(*(worker(s, deadline) for s in sessions))
+    seconds = time.monotonic() - start
+    server_cpu, client_cpu = window.per_call(calls)
     return ThroughputResult(
-        clients=clients,
+        clients=len(sessions),
         calls=calls,
         errors=errors,
         seconds=seconds,

@@ -1,8 +1,7 @@
 """Run the whole MCP benchmark with one command and print one table.
 
-In turn (never two servers at once, so one does not disturb the other's figures) it starts each
-server on a free loopback port, waits until it answers, measures it with ``bench/mcp_load.py`` and
-stops it:
+It starts every server once, each on a free loopback port, waits until it answers, measures their calls side by
+side with ``bench/mcp_load.py`` and stops them all at the end:
 
 * ``forge``: the project's server (``manage.py runmcp --server daphne``), on a fresh migrated data dir
   with a fresh token, called with ``Authorization: Bearer``;
@@ -15,26 +14,32 @@ stops it:
 * ``sdk-sse``: the SDK on uvicorn with ``--sse-response``, answers as text/event-stream;
 * ``null``: ``bench/null_server.py``, the ceiling of the load client and of uvicorn.
 
-Per server, one process serves the call measurements (``json``: Streamable HTTP; ``sse``: the same
-with a progress token; ``legacy``: the HTTP+SSE transport), each giving sequential p50/p99, calls/s
-from ``--clients`` sessions and the server's CPU ms per call.  Each idle-stream kind (Streamable
-HTTP GET streams, legacy GET /sse streams) then runs on its own freshly started process, because
-Python reuses memory freed earlier and would make a second kind look cheaper.  Every server gets a
-fresh temporary directory and is stopped in a ``finally``, whatever happens.
+Per call mode (``json``: Streamable HTTP; ``sse``: the same with a progress token; ``legacy``: the HTTP+SSE
+transport) every server gives sequential p50/p99, calls/s from ``--clients`` sessions and the server's CPU ms per
+call. The servers take turns in short blocks: ``--n`` sequential calls each, in blocks of ``--block-calls`` (50)
+on one session per server, then ``--seconds`` of load each, in blocks of ``--block-seconds`` (1 s) on
+``--clients`` sessions per server opened beforehand; one block of every server makes a cycle, and each cycle
+starts one server later than the last. A server's CPU (all its threads and its children, read from each
+process's CPU-time clock to the nanosecond) is taken over its own blocks only, and its figures pool its blocks.
+The host's speed drifts by tens of percent within a minute, so each Forge/SDK ratio is the median of the ratios
+of paired blocks (the two servers' blocks of one cycle, measured seconds apart), printed with the ratio of the
+pooled blocks and the pairs' quartiles. ``--rounds R`` repeats the whole measurement R times on the same
+processes; the table has each round's figures, the ratios take every round's pairs.
+
+``--in-turn`` keeps the older method: each server alone, started, measured in one go and stopped, the next one
+after it, each ratio the median over the rounds of each round's ratio (two servers' figures up to a minute
+apart). Each idle-stream kind (Streamable HTTP GET streams, legacy GET /sse streams) runs on its own freshly
+started process, one server at a time, because Python reuses memory freed earlier and would make a second kind
+look cheaper. Every server gets a fresh temporary directory and is stopped in a ``finally``, whatever happens.
 
 The ``bg %`` column is the CPU that processes other than the server and this client used while a
-row was measured, in % of one core (read from /proc/stat); a large value means the row was
-disturbed by other work on the machine.
+row was measured (side by side: over that server's blocks), in % of one core (read from /proc/stat); a large
+value means the row was disturbed by other work on the machine.
 
     .venv/bin/python bench/run_all.py              # full run (about 10-15 minutes)
     .venv/bin/python bench/run_all.py --quick      # smoke run (about 2 minutes)
     .venv/bin/python bench/run_all.py --servers forge --profile /tmp/forge.txt   # + py-spy profile
-    .venv/bin/python bench/run_all.py --servers forge,forge-uvicorn,sdk-daphne --modes json --no-idle --rounds 4
-
-``--rounds R`` measures every server's calls R times, the servers in turn within each round, and prints each
-ratio as the median of the R rounds' ratios, each from two servers measured a minute or less apart: on a
-machine whose speed drifts between runs, one server measured at the start and the other at the end would
-carry that drift into their ratio.
+    .venv/bin/python bench/run_all.py --servers forge,forge-uvicorn,sdk-daphne --modes json --no-idle --rounds 3
 """
 
 from __future__ import annotations
@@ -134,6 +139,8 @@ SERVERS: dict[str, ServerSpec] = {
     )
 }
 
+BLOCK_WARMUP_CALLS = 3  # unmeasured calls opening a sequential block: the server sat idle through the others'
+BLOCK_TIMEOUT_S = 60.0
 MODES = ("json", "sse", "legacy")
 IDLE_KINDS = ("streamable", "legacy")
 # Like-for-like reference for the Forge/SDK ratios: the SDK server answering in the same form.
@@ -362,10 +369,38 @@ class IdleFigures:
 
 
 @dataclass
+class Block:
+    """One server's turn in one cycle of the side-by-side measurement: ``calls`` sequential calls (``seq``) or
+    ``--clients`` sessions calling for ``--block-seconds`` (``load``), with the server's CPU over that turn only."""
+
+    server: str
+    mode: str
+    phase: str
+    round: int
+    cycle: int
+    calls: int
+    seconds: float
+    server_cpu_ms: float | None
+    client_cpu_ms: float
+    errors: int = 0
+
+    def figure(self, attr: str) -> float | None:
+        """The block's value of a CallFigures figure: CPU ms per call or calls/s."""
+        if attr == "calls_per_s":
+            return self.calls / self.seconds if self.seconds > 0 else None
+        return self.server_cpu_ms / self.calls if self.server_cpu_ms is not None and self.calls else None
+
+
+# The phase of the blocks each compared figure comes from.
+PHASE_OF = {"seq_cpu_ms": "seq", "load_cpu_ms": "load", "calls_per_s": "load"}
+
+
+@dataclass
 class Results:
     calls: list[CallFigures] = field(default_factory=list)
     idle: list[IdleFigures] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    blocks: list[Block] = field(default_factory=list)
 
     def call(self, server: str, mode: str, round: int | None = None) -> CallFigures | None:
         """The figures of ``server`` in ``mode``: of one round, or (``round=None``) the first that has them."""
@@ -394,6 +429,42 @@ class Results:
             value, reference = getattr(forge, attr, None), getattr(sdk, attr, None)
             ratios.append(value / reference if value is not None and reference else None)
         return ratios
+
+    def paired_blocks(self, ours: str, ref: str, mode: str, attr: str) -> list[tuple[Block, Block]]:
+        """The blocks of ``ours`` and ``ref`` measured in the same cycle of the same round, for one figure."""
+        phase = PHASE_OF[attr]
+        theirs = {(b.round, b.cycle): b for b in self.blocks if (b.server, b.mode, b.phase) == (ref, mode, phase)}
+        return [
+            (b, theirs[b.round, b.cycle])
+            for b in self.blocks
+            if (b.server, b.mode, b.phase) == (ours, mode, phase) and (b.round, b.cycle) in theirs
+        ]
+
+    def block_ratios(self, ours: str, ref: str, mode: str, attr: str) -> list[float]:
+        """Each paired blocks' ratio of one figure, ``ours`` over ``ref``."""
+        ratios = []
+        for mine, theirs in self.paired_blocks(ours, ref, mode, attr):
+            value, reference = mine.figure(attr), theirs.figure(attr)
+            if value is not None and reference:
+                ratios.append(value / reference)
+        return ratios
+
+    def pooled_ratio(self, ours: str, ref: str, mode: str, attr: str) -> float | None:
+        """One figure over all the paired blocks at once (total CPU over total calls, or total calls over total
+        seconds), ``ours`` over ``ref``."""
+        pairs = self.paired_blocks(ours, ref, mode, attr)
+        if not pairs or any(b.server_cpu_ms is None for pair in pairs for b in pair):
+            return None
+
+        def pooled(blocks: list[Block]) -> float | None:
+            calls = sum(b.calls for b in blocks)
+            if attr == "calls_per_s":
+                seconds = sum(b.seconds for b in blocks)
+                return calls / seconds if seconds > 0 else None
+            return sum(b.server_cpu_ms or 0.0 for b in blocks) / calls if calls else None
+
+        value, reference = pooled([mine for mine, _ in pairs]), pooled([theirs for _, theirs in pairs])
+        return value / reference if value is not None and reference else None
 
     def idle_of(self, server: str, kind: str) -> IdleFigures | None:
         return next((i for i in self.idle if i.server == server and i.kind == kind and not i.failure), None)
@@ -545,6 +616,230 @@ async def bench_calls(spec: ServerSpec, args: argparse.Namespace, results: Resul
         print(f"  failed: {exc}", flush=True)
 
 
+CALL_FAILURES = (ml.CallError, httpx.HTTPError, OSError, TimeoutError)
+
+
+@dataclass
+class Contender:
+    """One server in one call mode of the side-by-side measurement: its sessions and what its blocks gathered."""
+
+    server: Running
+    session: ml.Session
+    load_sessions: list[ml.Session] = field(default_factory=list)
+    timings_ms: list[float] = field(default_factory=list)
+    blocks: list[Block] = field(default_factory=list)
+    background_ms: float = 0.0  # other processes' CPU over this server's blocks, weighted by their wall time
+    wall_ms: float = 0.0
+    first_error: str | None = None
+    failure: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.server.spec.name
+
+    def took(self, block: Block, window: BackgroundWindow) -> None:
+        wall_ms = (time.monotonic() - window.wall) * 1000
+        self.background_ms += window.percent_of_core() * wall_ms / 100
+        self.wall_ms += wall_ms
+        self.blocks.append(block)
+
+    def figures(self, mode: str, round: int) -> CallFigures:
+        """This round's figures of the server in ``mode``, over its own blocks only."""
+        if self.failure is not None:
+            return CallFigures(self.name, mode, failure=self.failure, round=round)
+        seq = [b for b in self.blocks if b.phase == "seq"]
+        load = [b for b in self.blocks if b.phase == "load"]
+        seq_calls, load_calls = sum(b.calls for b in seq), sum(b.calls for b in load)
+        load_seconds = sum(b.seconds for b in load)
+        timings = sorted(self.timings_ms)
+
+        def cpu_per_call(blocks: list[Block], calls: int) -> float | None:
+            if not calls or any(b.server_cpu_ms is None for b in blocks):
+                return None
+            return sum(b.server_cpu_ms or 0.0 for b in blocks) / calls
+
+        if isinstance(self.session, ml.StreamableSession):
+            answers = "+".join(sorted(self.session.answer_forms))
+        else:
+            answers = "on GET /sse"
+        return CallFigures(
+            server=self.name,
+            mode=mode,
+            answers=answers,
+            p50_ms=ml.percentile(timings, 0.50) if timings else None,
+            p99_ms=ml.percentile(timings, 0.99) if timings else None,
+            seq_cpu_ms=cpu_per_call(seq, seq_calls),
+            calls_per_s=load_calls / load_seconds if load_seconds > 0 else None,
+            load_cpu_ms=cpu_per_call(load, load_calls),
+            client_cpu_ms=sum(b.client_cpu_ms for b in load) / load_calls if load_calls else None,
+            errors=sum(b.errors for b in load),
+            background_pct=self.background_ms * 100 / self.wall_ms if self.wall_ms else None,
+            first_error=self.first_error,
+            failure=self.first_error if load and not load_calls else None,
+            round=round,
+        )
+
+
+def session_factory(server: Running, mode: str) -> ml.SessionFactory:
+    async def factory() -> ml.Session:
+        if mode == "legacy":
+            return await ml.legacy_sse_session(server.sse_url, server.headers)
+        return await ml.streamable_session(server.url, server.headers)
+
+    return factory
+
+
+def in_rotation(contenders: list[Contender], cycle: int) -> list[Contender]:
+    """The servers still measured, in this cycle's order: each cycle starts one server later than the last, so no
+    server always follows the same one."""
+    live = [c for c in contenders if c.failure is None]
+    shift = cycle % len(live) if live else 0
+    return live[shift:] + live[:shift]
+
+
+async def sequential_block(contender: Contender, mode: str, round: int, cycle: int, calls: int) -> None:
+    """``calls`` timed sequential calls on the server's one session, after a few unmeasured ones."""
+    window = BackgroundWindow(contender.server.pid)
+    latency = await bounded(
+        ml.sequential_latency(
+            contender.session, calls, sse=mode == "sse", pid=contender.server.pid, warmup=BLOCK_WARMUP_CALLS
+        ),
+        BLOCK_TIMEOUT_S + calls * 0.2,
+    )
+    contender.timings_ms.extend(latency.timings_ms)
+    cpu = latency.server_cpu_ms_per_call
+    block = Block(
+        contender.name,
+        mode,
+        "seq",
+        round,
+        cycle,
+        calls,
+        latency.mean_ms * calls / 1000,
+        None if cpu is None else cpu * calls,
+        latency.client_cpu_ms_per_call * calls,
+    )
+    contender.took(block, window)
+
+
+async def load_block(contender: Contender, mode: str, round: int, cycle: int, seconds: float) -> None:
+    """``--clients`` sessions of the server calling back to back for ``seconds``."""
+    window = BackgroundWindow(contender.server.pid)
+    load = await bounded(
+        ml.throughput(contender.load_sessions, seconds, mode == "sse", contender.server.pid),
+        BLOCK_TIMEOUT_S + seconds * 3,
+    )
+    counted = max(load.calls, 1)  # the per-call figures divide by at least one call
+    cpu = load.server_cpu_ms_per_call
+    block = Block(
+        contender.name,
+        mode,
+        "load",
+        round,
+        cycle,
+        load.calls,
+        load.seconds,
+        None if cpu is None else cpu * counted,
+        load.client_cpu_ms_per_call * counted,
+        load.errors,
+    )
+    contender.first_error = contender.first_error or load.first_error
+    contender.took(block, window)
+
+
+async def take_turns(
+    contenders: list[Contender], cycles: int, measure: Callable[[Contender, int], Awaitable[None]]
+) -> None:
+    """``cycles`` cycles of one block per live server, in rotation; a server whose block fails drops out."""
+    for cycle in range(cycles):
+        for contender in in_rotation(contenders, cycle):
+            try:
+                await measure(contender, cycle)
+            except CALL_FAILURES as exc:
+                contender.failure = repr(exc)
+                print(f"  {contender.name}: failed: {exc!r}", flush=True)
+
+
+async def measure_side_by_side(
+    servers: list[Running], mode: str, args: argparse.Namespace, results: Results, round: int
+) -> None:
+    """One round of one call mode on all the servers at once: ``--n`` sequential calls each in blocks of
+    ``--block-calls``, then ``--seconds`` of load each in blocks of ``--block-seconds``, the servers taking turns
+    block by block."""
+    sse = mode == "sse"
+    contenders: list[Contender] = []
+    async with contextlib.AsyncExitStack() as stack:
+        for server in servers:
+            try:
+                session = await bounded(session_factory(server, mode)(), BLOCK_TIMEOUT_S)
+                stack.push_async_callback(session.close)
+                for _ in range(ml.WARMUP_CALLS):
+                    await bounded(session.call(ml.TOOL, sse=sse), BLOCK_TIMEOUT_S)
+            except CALL_FAILURES as exc:
+                results.calls.append(CallFigures(server.spec.name, mode, failure=repr(exc), round=round))
+                print(f"  {server.spec.name} {mode}: failed: {exc!r}", flush=True)
+                continue
+            contenders.append(Contender(server, session))
+        seq_cycles = -(-args.n // args.block_calls)
+
+        async def sequential(contender: Contender, cycle: int) -> None:
+            calls = min(args.block_calls, args.n - cycle * args.block_calls)
+            await sequential_block(contender, mode, round, cycle, calls)
+
+        await take_turns(contenders, seq_cycles, sequential)
+        for contender in contenders:
+            if contender.failure is None:
+                try:
+                    factory = session_factory(contender.server, mode)
+                    contender.load_sessions = await bounded(ml.open_all(factory, args.clients), BLOCK_TIMEOUT_S * 2)
+                except CALL_FAILURES as exc:
+                    contender.failure = repr(exc)
+                for opened in contender.load_sessions:
+                    stack.push_async_callback(opened.close)
+        load_cycles = max(1, round_half_up(args.seconds / args.block_seconds))
+        block_seconds = args.seconds / load_cycles
+
+        async def loaded(contender: Contender, cycle: int) -> None:
+            await load_block(contender, mode, round, cycle, block_seconds)
+
+        await take_turns(contenders, load_cycles, loaded)
+    for contender in contenders:
+        figures = contender.figures(mode, round)
+        results.calls.append(figures)
+        results.blocks.extend(contender.blocks)
+        print(f"  {contender.name} {mode}: {_call_summary(figures)}", flush=True)
+
+
+def round_half_up(value: float) -> int:
+    return int(value + 0.5)
+
+
+async def bench_side_by_side(args: argparse.Namespace, results: Results) -> None:
+    """Every server started once and kept up; each round, each call mode measured on all of them in turns."""
+    started: list[Running] = []
+    async with contextlib.AsyncExitStack() as stack:
+        for name in args.servers:
+            spec = SERVERS[name]
+            print(f"== {spec.name}: {spec.description}", flush=True)
+            try:
+                server = await stack.enter_async_context(running(spec))
+            except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+                results.calls.extend(CallFigures(name, mode, failure=repr(exc)) for mode in args.modes)
+                print(f"  failed: {exc}", flush=True)
+                continue
+            print(f"  pid {server.pid} at {server.url}", flush=True)
+            started.append(server)
+        for round in range(1, args.rounds + 1):
+            for mode in args.modes:
+                rounds = f", round {round} of {args.rounds}" if args.rounds > 1 else ""
+                print(f"== {mode} calls, side by side{rounds}, load average {load_average()}", flush=True)
+                await measure_side_by_side(started, mode, args, results, round)
+        if args.profile:
+            for server in started:
+                if server.spec.forge:
+                    await profile_json_load(server, args)
+
+
 async def bench_idle(spec: ServerSpec, args: argparse.Namespace, results: Results) -> None:
     """Each idle-stream kind of one server, each on a fresh process."""
     if args.idle_kinds:
@@ -626,7 +921,9 @@ def print_table(results: Results) -> None:
 @dataclass(frozen=True)
 class FigureRow:
     """One line of the ratios: a figure of a Forge server against an SDK reference (and the null server's), the
-    values as medians over the rounds, the ratio as the median of each round's ratio."""
+    values as medians over the rounds. Side by side, the ratio is the median of the paired blocks' ratios, with
+    the ratio of the pooled blocks and the blocks' quartiles; in turn (``--in-turn``), the median of each round's
+    ratio."""
 
     figure: str
     ours: str
@@ -637,10 +934,21 @@ class FigureRow:
     aim: str
     ratio: float | None
     per_round: list[float | None]
+    pooled: float | None = None
+    quartiles: tuple[float, float] | None = None
+    pairs: int = 0
+
+
+def quartiles(values: list[float]) -> tuple[float, float] | None:
+    if len(values) < 2:
+        return (values[0], values[0]) if values else None
+    first, _median, third = statistics.quantiles(values, n=4, method="inclusive")
+    return first, third
 
 
 def figure_row(results: Results, figure: str, ours: str, ref: str, mode: str, attr: str, aim: str) -> FigureRow:
     per_round = results.round_ratios(ours, ref, mode, attr)
+    paired = results.block_ratios(ours, ref, mode, attr)
     return FigureRow(
         figure,
         ours,
@@ -649,16 +957,17 @@ def figure_row(results: Results, figure: str, ours: str, ref: str, mode: str, at
         results.across_rounds(ref, mode, attr),
         results.across_rounds("null", mode, attr),
         aim,
-        _median([r for r in per_round if r is not None]),
+        _median(paired) if paired else _median([r for r in per_round if r is not None]),
         per_round,
+        results.pooled_ratio(ours, ref, mode, attr),
+        quartiles(paired),
+        len(paired),
     )
 
 
-def print_ratios(results: Results) -> None:
+def ratio_rows(results: Results) -> list[FigureRow]:
     """Forge against the SDK server answering in the same form (and the null server for scale), then each Forge
-    server against the SDK on daphne for JSON answers, with issue 15's aims. With several rounds, each value is
-    the median over the rounds and each ratio the median of the rounds' ratios (each round's servers measured
-    one after the other, so a drift of the machine's speed between rounds cancels out of a round's ratio)."""
+    server against the SDK on daphne for JSON answers, with issue 15's aims; then the idle streams' memory."""
     lines: list[FigureRow] = []
     metrics = (("CPU ms/call seq", "seq_cpu_ms"), ("CPU ms/call load", "load_cpu_ms"), ("calls/s", "calls_per_s"))
     for mode in ("json", "sse", "legacy"):
@@ -687,27 +996,45 @@ def print_ratios(results: Results) -> None:
                     f"{kind} {label}", "forge", ref, value, reference, getattr(null, attr, None), "", ratio, [ratio]
                 )
             )
+    return [line for line in lines if line.value is not None or line.reference is not None]
+
+
+def _spread(line: FigureRow) -> str:
+    return "-" if line.quartiles is None else f"{line.quartiles[0]:.2f}-{line.quartiles[1]:.2f}"
+
+
+def print_ratios(results: Results) -> None:
+    """The ratios of ``ratio_rows``, a line each, and what their columns mean."""
+    lines = ratio_rows(results)
     several = len(results.rounds()) > 1
     header = (
-        f"{'figure':<24} {'server':<13} {'SDK ref':<10} {'forge':>9} {'SDK':>9} {'forge/SDK':>10} {'aim':>9}"
-        f" {'null':>9}" + ("  rounds" if several else "")
+        f"{'figure':<24} {'server':<13} {'SDK ref':<10} {'forge':>9} {'SDK':>9} {'forge/SDK':>10} {'pooled':>7}"
+        f" {'quartiles':>10} {'pairs':>5} {'aim':>9} {'null':>9}" + ("  rounds" if several else "")
     )
     print(header)
     print("-" * len(header))
     for line in lines:
-        if line.value is None and line.reference is None:
-            continue  # neither server measured in this form
         rounds = "  " + " ".join(_ratio(r, 1.0) for r in line.per_round) if several and len(line.per_round) > 1 else ""
         print(
             f"{line.figure:<24} {line.ours:<13} {line.ref:<10} {_f(line.value, 3):>9} {_f(line.reference, 3):>9}"
-            f" {_ratio(line.ratio, 1.0):>10} {line.aim or '-':>9} {_f(line.null, 3):>9}{rounds}"
+            f" {_ratio(line.ratio, 1.0):>10} {_ratio(line.pooled, 1.0):>7} {_spread(line):>10}"
+            f" {line.pairs or '-':>5} {line.aim or '-':>9} {_f(line.null, 3):>9}{rounds}"
         )
+    side_by_side = bool(results.blocks)
     print(
         "SDK ref: the SDK server answering in the same form as Forge (sdk-sse for SSE answers; sdk-daphne: the SDK"
         " app on daphne); forge/SDK below 1.00x meets the aim for CPU and memory (above 1.00x for calls/s); aim:"
         " issue 15's bound on the CPU ratio against the SDK on daphne"
         + (
-            "; with --rounds, values are medians over the rounds, forge/SDK the median of the rounds' ratios"
+            "; forge/SDK: the median of the ratios of paired blocks (the two servers' turns in one cycle, seconds"
+            " apart), pooled: all the paired blocks' CPU over their calls (or calls over seconds), quartiles: of the"
+            " paired blocks' ratios, pairs: how many"
+            if side_by_side
+            else ""
+        )
+        + (
+            "; values are medians over the rounds, rounds: each round's ratio"
+            + ("" if side_by_side else ", forge/SDK the median of the rounds' ratios")
             if several
             else ""
         )
@@ -739,8 +1066,8 @@ def print_heading(title: str, options: str) -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, help="sequential calls for p50/p99 (500; --quick 100)")
-    parser.add_argument("--seconds", type=float, help="duration of each throughput phase (10; --quick 2)")
+    parser.add_argument("--n", type=int, help="sequential calls per server and mode, for p50/p99 (500; --quick 100)")
+    parser.add_argument("--seconds", type=float, help="seconds of load per server and mode (10; --quick 2)")
     parser.add_argument("--streams", type=int, help="idle streams held per kind (2000; --quick 100)")
     parser.add_argument("--clients", type=int, default=20, help="concurrent clients for calls/s (20)")
     parser.add_argument("--quick", action="store_true", help="small numbers for a smoke run")
@@ -748,8 +1075,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--rounds",
         type=int,
         default=1,
-        help="measure every server's calls this many times, the servers in turn each round; the ratios are the "
-        "median of the rounds' (1)",
+        help="measure every server's calls this many times; side by side the ratios take every round's paired "
+        "blocks, with --in-turn they are the median of the rounds' (1)",
     )
     parser.add_argument(
         "--servers",
@@ -762,6 +1089,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=ml.csv_of(MODES),
         default=",".join(MODES),
         help=f"call modes, a subset of {','.join(MODES)} (all)",
+    )
+    parser.add_argument(
+        "--block-calls",
+        type=int,
+        default=50,
+        help="sequential calls in a server's turn when the servers are measured side by side (50)",
+    )
+    parser.add_argument(
+        "--block-seconds",
+        type=float,
+        default=1.0,
+        help="seconds of load in a server's turn when the servers are measured side by side (1)",
+    )
+    parser.add_argument(
+        "--in-turn",
+        action="store_true",
+        help="the older method: start each server alone, measure all its calls, stop it, then the next",
     )
     parser.add_argument("--no-idle", action="store_true", help="skip the idle-stream measurements")
     parser.add_argument("--json", type=Path, help="also write all figures to this JSON file")
@@ -777,8 +1121,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.n = args.n if args.n is not None else defaults[0]
     args.seconds = args.seconds if args.seconds is not None else defaults[1]
     args.streams = args.streams if args.streams is not None else defaults[2]
-    if min(args.n, args.clients, args.streams, args.rounds) < 1 or args.seconds <= 0:
-        parser.error("--n, --clients, --streams, --rounds and --seconds must be positive")
+    if (
+        min(args.n, args.clients, args.streams, args.rounds, args.block_calls) < 1
+        or min(args.seconds, args.block_seconds) <= 0
+    ):
+        parser.error(
+            "--n, --clients, --streams, --rounds, --block-calls, --seconds and --block-seconds must be positive"
+        )
     args.servers = [name for name in SERVERS if name in args.servers]  # fixed order
     args.modes = [mode for mode in MODES if mode in args.modes]
     args.idle_kinds = [] if args.no_idle else list(IDLE_KINDS)
@@ -792,9 +1141,12 @@ async def run(args: argparse.Namespace) -> Results:
     loop.add_signal_handler(signal.SIGTERM, main_task.cancel)  # stop the servers on SIGTERM too
     ml.raise_fd_limit(FD_LIMIT)  # inherited by the servers (Forge does not raise its own)
     results = Results()
-    for round in range(1, args.rounds + 1):  # the servers' call figures in turn, each round, against drift
-        for name in args.servers:
-            await bench_calls(SERVERS[name], args, results, round)
+    if args.in_turn:
+        for round in range(1, args.rounds + 1):  # the servers' call figures in turn, each round, against drift
+            for name in args.servers:
+                await bench_calls(SERVERS[name], args, results, round)
+    elif args.modes:
+        await bench_side_by_side(args, results)
     for name in args.servers:
         await bench_idle(SERVERS[name], args, results)
     return results
@@ -809,7 +1161,7 @@ def main() -> None:
         args,
         started,
         [lambda: print_table(results), lambda: print_ratios(results)],
-        asdict(results),
+        {**asdict(results), "ratios": [asdict(line) for line in ratio_rows(results)]},
         skip=frozenset({"profile"}),
     )
 
