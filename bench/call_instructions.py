@@ -32,9 +32,14 @@ VALGRIND_START_TIMEOUT_S = 900.0
 REFERENCE = "sdk-daphne"
 
 
+def callgrind_prefix(out_dir: Path) -> list[str]:
+    """The command that runs a server under callgrind with counting off, its counts written into `out_dir`."""
+    return ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out_dir}/callgrind.%p"]
+
+
 def under_callgrind(spec: run_all.ServerSpec, out_dir: Path) -> run_all.ServerSpec:
     """`spec` started under callgrind with counting off, its counts written into `out_dir`."""
-    prefix = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out_dir}/callgrind.%p"]
+    prefix = callgrind_prefix(out_dir)
     return run_all.ServerSpec(spec.name, spec.description, lambda port: [*prefix, *spec.argv(port)], forge=spec.forge)
 
 
@@ -42,12 +47,12 @@ def callgrind_control(*args: str) -> None:
     subprocess.run(["callgrind_control", *args], check=True, capture_output=True, timeout=120)
 
 
-def dumped_total(out_dir: Path, pid: int) -> int:
-    """The instruction total of the dump taken of `pid` (callgrind's `totals:` line)."""
-    for line in (out_dir / f"callgrind.{pid}.1").read_text().splitlines():
+def dumped_total(out_dir: Path, pid: int, dump: int = 1) -> int:
+    """The instruction total of the `dump`th dump taken of `pid` (callgrind's `totals:` line)."""
+    for line in (out_dir / f"callgrind.{pid}.{dump}").read_text().splitlines():
         if line.startswith("totals:"):
             return int(line.split()[1])
-    raise RuntimeError(f"no totals in callgrind.{pid}.1")
+    raise RuntimeError(f"no totals in callgrind.{pid}.{dump}")
 
 
 async def count(spec: run_all.ServerSpec, n: int, clients: int, warmup: int) -> float:

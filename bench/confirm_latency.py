@@ -48,7 +48,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -77,6 +77,7 @@ SERVER_SETTINGS = {
 STEP_TIMEOUT_S = 30.0  # any one read or request of an iteration
 MAX_FAILURES_IN_A_ROW = 10
 HEALTH_TIMEOUT_S = 60.0
+WRAPPED_SLOWDOWN = 10  # a server under valgrind starts this much more slowly, or less
 # How a server is started (before "runmcp ..."); bench/approval_timeline.py starts them through itself.
 SERVER_COMMAND = [PYTHON, str(ROOT / "manage.py")]
 
@@ -140,8 +141,10 @@ def prepare(data_dir: Path, extra: dict[str, str]) -> tuple[dict[str, str], str,
     return env, client_token, operator_token
 
 
-async def wait_healthy(proc: subprocess.Popen[bytes], base: str, log: Path) -> None:
-    deadline = time.monotonic() + HEALTH_TIMEOUT_S
+async def wait_healthy(
+    proc: subprocess.Popen[bytes], base: str, log: Path, timeout_s: float = HEALTH_TIMEOUT_S
+) -> None:
+    deadline = time.monotonic() + timeout_s
     async with httpx.AsyncClient(timeout=httpx.Timeout(2.0)) as client:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
@@ -150,12 +153,15 @@ async def wait_healthy(proc: subprocess.Popen[bytes], base: str, log: Path) -> N
                 if (await client.get(f"{base}/healthz")).status_code == 200:
                     return
             await asyncio.sleep(0.2)  # polling a process that is starting; there is no event to wait on
-    raise RuntimeError(f"server did not answer /healthz within {HEALTH_TIMEOUT_S:.0f} s:\n{ra._log_tail(log)}")
+    raise RuntimeError(f"server did not answer /healthz within {timeout_s:.0f} s:\n{ra._log_tail(log)}")
 
 
 @contextlib.asynccontextmanager
-async def servers(envs: list[dict[str, str]], workdir: Path) -> AsyncIterator[list[tuple[str, int, Path]]]:
-    """Start one runmcp per environment on free loopback ports; always stop every one of them."""
+async def servers(
+    envs: list[dict[str, str]], workdir: Path, wrapper: Sequence[str] = ()
+) -> AsyncIterator[list[tuple[str, int, Path]]]:
+    """Start one runmcp per environment on free loopback ports, each under `wrapper` if one is given (a command
+    that runs the server, as valgrind does); always stop every one of them."""
     procs: list[subprocess.Popen[bytes]] = []
     try:
         started = []
@@ -164,7 +170,7 @@ async def servers(envs: list[dict[str, str]], workdir: Path) -> AsyncIterator[li
             log = workdir / f"server-{index}-{port}.log"
             with log.open("wb") as out:
                 proc = subprocess.Popen(
-                    [*SERVER_COMMAND, "runmcp", "--host", HOST, "--port", str(port)],
+                    [*wrapper, *SERVER_COMMAND, "runmcp", "--host", HOST, "--port", str(port)],
                     cwd=ROOT,
                     env=env,
                     stdin=subprocess.DEVNULL,
@@ -174,7 +180,7 @@ async def servers(envs: list[dict[str, str]], workdir: Path) -> AsyncIterator[li
                 )
             procs.append(proc)
             base = f"http://{HOST}:{port}"
-            await wait_healthy(proc, base, log)
+            await wait_healthy(proc, base, log, HEALTH_TIMEOUT_S * (WRAPPED_SLOWDOWN if wrapper else 1))
             started.append((base, proc.pid, log))
         yield started
     finally:

@@ -54,7 +54,7 @@ import subprocess
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -124,9 +124,11 @@ class Deployment:
 
 
 @contextlib.asynccontextmanager
-async def deployments(names: list[str], workdir: Path) -> AsyncIterator[dict[str, Deployment]]:
-    """Start every process the named deployments need (the PostgreSQL ones share their first process); stop them
-    all and drop the scratch database whatever happens."""
+async def deployments(
+    names: list[str], workdir: Path, wrapper: Sequence[str] = ()
+) -> AsyncIterator[dict[str, Deployment]]:
+    """Start every process the named deployments need (the PostgreSQL ones share their first process), each under
+    `wrapper` if one is given (`cl.servers`); stop them all and drop the scratch database whatever happens."""
     with contextlib.ExitStack() as stack:
         embedded = workdir / "embedded"
         embedded.mkdir()
@@ -146,7 +148,7 @@ async def deployments(names: list[str], workdir: Path) -> AsyncIterator[dict[str
             ]
             if "pg-2-mirror" in names:
                 envs.append(ra.server_env(third, **shared, **cl.sibling_settings(first), **mirror))
-        async with cl.servers(envs, workdir) as started:
+        async with cl.servers(envs, workdir, wrapper) as started:
             urls = [f"{base}/mcp" for base, _pid, _log in started]
             pids = [pid for _base, pid, _log in started]
             found = {"embedded": Deployment("embedded", urls[:1], pids[:1], {"Authorization": f"Bearer {token}"})}
