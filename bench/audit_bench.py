@@ -116,21 +116,23 @@ def last_seq() -> int:
     return tree_size()
 
 
-def child_appends(args: argparse.Namespace) -> dict[str, Any]:
+def append(writer: int, number: int) -> None:
+    """One appended row, as a `server_info` call's: the `number`th of `writer` (Django set up)."""
     from audit.models import EventKind
     from audit.services import record
 
-    def append(writer: int, number: int) -> None:
-        record(
-            EventKind.TOOL_CALL,
-            tool="server_info",
-            arguments={"writer": writer, "n": number},
-            outcome="ok",
-            called_by="audit-bench",
-            session=f"bench-{writer}",
-            client_label="audit-bench",
-        )
+    record(
+        EventKind.TOOL_CALL,
+        tool="server_info",
+        arguments={"writer": writer, "n": number},
+        outcome="ok",
+        called_by="audit-bench",
+        session=f"bench-{writer}",
+        client_label="audit-bench",
+    )
 
+
+def child_appends(args: argparse.Namespace) -> dict[str, Any]:
     for number in range(20):  # warm-up: connection, prepared SQL, key files, mirror
         append(0, number)
     rows = {}

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from audit_bench import child_env
+from audit_bench import append, child_env
 
 PYTHON = sys.executable
 ROOT = Path(__file__).resolve().parent.parent
@@ -127,20 +127,6 @@ def run_writers(writers: int, seconds: float, phases: Phases | None) -> None:
     import resource
 
     from django.db import connection
-
-    from audit.models import EventKind
-    from audit.services import record
-
-    def append(writer: int, number: int) -> None:
-        record(
-            EventKind.TOOL_CALL,
-            tool="server_info",
-            arguments={"writer": writer, "n": number},
-            outcome="ok",
-            called_by="audit-bench",
-            session=f"bench-{writer}",
-            client_label="audit-bench",
-        )
 
     done = [0] * writers
     sched: dict[int, tuple[int, ...]] = {}
