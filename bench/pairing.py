@@ -6,10 +6,25 @@ minutes falls on both sides of every pair alike."""
 from __future__ import annotations
 
 import statistics
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
+
+import mcp_load as ml
 
 T = TypeVar("T")
+
+
+class Contender(Protocol):
+    """Whatever takes turns: a server in one call mode, a deployment."""
+
+    failure: str | None
+
+    @property
+    def name(self) -> str: ...
+
+
+C = TypeVar("C", bound=Contender)
 
 
 @dataclass
@@ -42,6 +57,49 @@ class Block:
 
 # The phase of the blocks each compared figure comes from.
 PHASE_OF = {"seq_cpu_ms": "seq", "load_cpu_ms": "load", "calls_per_s": "load", "deployment_cpu_ms": "load"}
+
+
+@dataclass(frozen=True)
+class Pooled:
+    """One contender's blocks of one round pooled: p50/p99 over all its timed calls, its CPU per call over its own
+    sequential or load blocks, its calls/s over its load blocks' seconds."""
+
+    p50_ms: float | None
+    p99_ms: float | None
+    seq_cpu_ms: float | None
+    calls_per_s: float | None
+    load_cpu_ms: float | None
+    client_cpu_ms: float | None
+    errors: int
+    no_load_call: bool  # it had load blocks and not one call in them succeeded
+
+    @classmethod
+    def of(cls, blocks: Sequence[Block], timings_ms: list[float]) -> Pooled:
+        seq = [b for b in blocks if b.phase == "seq"]
+        load = [b for b in blocks if b.phase == "load"]
+        seq_calls, load_calls = sum(b.calls for b in seq), sum(b.calls for b in load)
+        load_seconds = sum(b.seconds for b in load)
+        timings = sorted(timings_ms)
+
+        def cpu_per_call(phase: list[Block], calls: int) -> float | None:
+            if not calls or any(b.server_cpu_ms is None for b in phase):
+                return None
+            return sum(b.server_cpu_ms or 0.0 for b in phase) / calls
+
+        return cls(
+            p50_ms=ml.percentile(timings, 0.50) if timings else None,
+            p99_ms=ml.percentile(timings, 0.99) if timings else None,
+            seq_cpu_ms=cpu_per_call(seq, seq_calls),
+            calls_per_s=load_calls / load_seconds if load_seconds > 0 else None,
+            load_cpu_ms=cpu_per_call(load, load_calls),
+            client_cpu_ms=sum(b.client_cpu_ms for b in load) / load_calls if load_calls else None,
+            errors=sum(b.errors for b in load),
+            no_load_call=bool(load) and not load_calls,
+        )
+
+    def call_figures(self) -> dict[str, float | int | None]:
+        """The figures as ``run_all.CallFigures``'s fields."""
+        return {name: value for name, value in vars(self).items() if name != "no_load_call"}
 
 
 def paired_blocks(blocks: list[Block], ours: str, ref: str, mode: str, attr: str) -> list[tuple[Block, Block]]:
@@ -99,3 +157,25 @@ def rotated(items: list[T], cycle: int) -> list[T]:
     follows the same one."""
     shift = cycle % len(items) if items else 0
     return items[shift:] + items[:shift]
+
+
+def in_rotation(contenders: list[C], cycle: int) -> list[C]:
+    """The contenders still measured, in this cycle's order (``rotated``)."""
+    return rotated([c for c in contenders if c.failure is None], cycle)
+
+
+async def take_turns(
+    contenders: list[C],
+    cycles: int,
+    measure: Callable[[C, int], Awaitable[None]],
+    failures: tuple[type[BaseException], ...],
+) -> None:
+    """``cycles`` cycles of one block per live contender, in rotation; a contender whose block fails with one of
+    ``failures`` drops out."""
+    for cycle in range(cycles):
+        for contender in in_rotation(contenders, cycle):
+            try:
+                await measure(contender, cycle)
+            except failures as exc:
+                contender.failure = repr(exc)
+                print(f"  {contender.name}: failed: {exc!r}", flush=True)

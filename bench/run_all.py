@@ -593,17 +593,7 @@ class Contender:
         """This round's figures of the server in ``mode``, over its own blocks only."""
         if self.failure is not None:
             return CallFigures(self.name, mode, failure=self.failure, round=round)
-        seq = [b for b in self.blocks if b.phase == "seq"]
-        load = [b for b in self.blocks if b.phase == "load"]
-        seq_calls, load_calls = sum(b.calls for b in seq), sum(b.calls for b in load)
-        load_seconds = sum(b.seconds for b in load)
-        timings = sorted(self.timings_ms)
-
-        def cpu_per_call(blocks: list[Block], calls: int) -> float | None:
-            if not calls or any(b.server_cpu_ms is None for b in blocks):
-                return None
-            return sum(b.server_cpu_ms or 0.0 for b in blocks) / calls
-
+        pooled = pairing.Pooled.of(self.blocks, self.timings_ms)
         if isinstance(self.session, ml.StreamableSession):
             answers = "+".join(sorted(self.session.answer_forms))
         else:
@@ -612,16 +602,10 @@ class Contender:
             server=self.name,
             mode=mode,
             answers=answers,
-            p50_ms=ml.percentile(timings, 0.50) if timings else None,
-            p99_ms=ml.percentile(timings, 0.99) if timings else None,
-            seq_cpu_ms=cpu_per_call(seq, seq_calls),
-            calls_per_s=load_calls / load_seconds if load_seconds > 0 else None,
-            load_cpu_ms=cpu_per_call(load, load_calls),
-            client_cpu_ms=sum(b.client_cpu_ms for b in load) / load_calls if load_calls else None,
-            errors=sum(b.errors for b in load),
+            **pooled.call_figures(),  # type: ignore[arg-type]
             background_pct=self.background_ms * 100 / self.wall_ms if self.wall_ms else None,
             first_error=self.first_error,
-            failure=self.first_error if load and not load_calls else None,
+            failure=self.first_error if pooled.no_load_call else None,
             round=round,
         )
 
@@ -633,12 +617,6 @@ def session_factory(server: Running, mode: str) -> ml.SessionFactory:
         return await ml.streamable_session(server.url, server.headers)
 
     return factory
-
-
-def in_rotation(contenders: list[Contender], cycle: int) -> list[Contender]:
-    """The servers still measured, in this cycle's order: each cycle starts one server later than the last, so no
-    server always follows the same one."""
-    return pairing.rotated([c for c in contenders if c.failure is None], cycle)
 
 
 async def sequential_block(contender: Contender, mode: str, round: int, cycle: int, calls: int) -> None:
@@ -691,19 +669,6 @@ async def load_block(contender: Contender, mode: str, round: int, cycle: int, se
     contender.took(block, window)
 
 
-async def take_turns(
-    contenders: list[Contender], cycles: int, measure: Callable[[Contender, int], Awaitable[None]]
-) -> None:
-    """``cycles`` cycles of one block per live server, in rotation; a server whose block fails drops out."""
-    for cycle in range(cycles):
-        for contender in in_rotation(contenders, cycle):
-            try:
-                await measure(contender, cycle)
-            except CALL_FAILURES as exc:
-                contender.failure = repr(exc)
-                print(f"  {contender.name}: failed: {exc!r}", flush=True)
-
-
 async def measure_side_by_side(
     servers: list[Running], mode: str, args: argparse.Namespace, results: Results, round: int
 ) -> None:
@@ -730,7 +695,7 @@ async def measure_side_by_side(
             calls = min(args.block_calls, args.n - cycle * args.block_calls)
             await sequential_block(contender, mode, round, cycle, calls)
 
-        await take_turns(contenders, seq_cycles, sequential)
+        await pairing.take_turns(contenders, seq_cycles, sequential, CALL_FAILURES)
         for contender in contenders:
             if contender.failure is None:
                 try:
@@ -746,7 +711,7 @@ async def measure_side_by_side(
         async def loaded(contender: Contender, cycle: int) -> None:
             await load_block(contender, mode, round, cycle, block_seconds)
 
-        await take_turns(contenders, load_cycles, loaded)
+        await pairing.take_turns(contenders, load_cycles, loaded, CALL_FAILURES)
     for contender in contenders:
         figures = contender.figures(mode, round)
         results.calls.append(figures)

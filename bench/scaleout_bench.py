@@ -64,7 +64,7 @@ import subprocess
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -413,32 +413,22 @@ class Turns:
 
     def figures(self, number: int) -> Figures:
         """This round's figures of the deployment, over its own blocks only."""
-        figures = Figures(self.name, "json", answers="json", round=number, processes=len(self.dep.pids))
         if self.failure is not None:
-            figures.failure = self.failure
-            return figures
-        seq = [b for b in self.blocks if b.phase == "seq"]
-        load = [b for b in self.blocks if b.phase == "load"]
-        seq_calls, load_calls = sum(b.calls for b in seq), sum(b.calls for b in load)
-        load_seconds = sum(b.seconds for b in load)
-
-        def cpu_per_call(blocks: list[DeploymentBlock], calls: int) -> float | None:
-            if not calls or any(b.server_cpu_ms is None for b in blocks):
-                return None
-            return sum(b.server_cpu_ms or 0.0 for b in blocks) / calls
-
-        timings = sorted(self.timings_ms)
-        figures.p50_ms = ml.percentile(timings, 0.50) if timings else None
-        figures.p99_ms = ml.percentile(timings, 0.99) if timings else None
-        figures.seq_cpu_ms = cpu_per_call(seq, seq_calls)
-        figures.calls_per_s = load_calls / load_seconds if load_seconds > 0 else None
-        figures.load_cpu_ms = cpu_per_call(load, load_calls)
-        figures.client_cpu_ms = sum(b.client_cpu_ms for b in load) / load_calls if load_calls else None
-        figures.errors = sum(b.errors for b in load)
+            return Figures(self.name, "json", failure=self.failure, round=number, processes=len(self.dep.pids))
+        pooled = pairing.Pooled.of(self.blocks, self.timings_ms)
+        figures = Figures(
+            self.name,
+            "json",
+            answers="json",
+            round=number,
+            processes=len(self.dep.pids),
+            **pooled.call_figures(),  # type: ignore[arg-type]
+        )
         figures.first_error = self.first_error
-        figures.seq, figures.load = Phase.combined(seq), Phase.combined(load)
+        figures.seq = Phase.combined([b for b in self.blocks if b.phase == "seq"])
+        figures.load = Phase.combined([b for b in self.blocks if b.phase == "load"])
         figures.background_pct = figures.load.other_pct
-        if load and not load_calls:
+        if pooled.no_load_call:
             figures.failure = self.first_error or "no call succeeded"
         return figures
 
@@ -503,18 +493,6 @@ async def load_block(turns: Turns, services: Services, number: int, cycle: int, 
     )
 
 
-async def take_turns(all_turns: list[Turns], cycles: int, measure: Callable[[Turns, int], Awaitable[None]]) -> None:
-    """``cycles`` cycles of one block per live deployment, each cycle starting one deployment later than the last;
-    a deployment whose block fails drops out."""
-    for cycle in range(cycles):
-        for turns in pairing.rotated([t for t in all_turns if t.failure is None], cycle):
-            try:
-                await measure(turns, cycle)
-            except FAILURES as exc:
-                turns.failure = f"{type(exc).__name__}: {exc}"[:500]
-                print(f"  {turns.name}: failed: {turns.failure}", flush=True)
-
-
 async def measure_side_by_side(
     deps: dict[str, Deployment], number: int, args: argparse.Namespace, services: Services
 ) -> tuple[list[Figures], list[DeploymentBlock]]:
@@ -541,7 +519,7 @@ async def measure_side_by_side(
             calls = min(args.block_calls, args.n - cycle * args.block_calls)
             await sequential_block(turns, services, number, cycle, calls)
 
-        await take_turns(all_turns, math.ceil(args.n / args.block_calls), sequential)
+        await pairing.take_turns(all_turns, math.ceil(args.n / args.block_calls), sequential, FAILURES)
         for turns in all_turns:
             if turns.failure is None:
                 try:
@@ -557,7 +535,7 @@ async def measure_side_by_side(
         async def loaded(turns: Turns, cycle: int) -> None:
             await load_block(turns, services, number, cycle, args.seconds / load_cycles)
 
-        await take_turns(all_turns, load_cycles, loaded)
+        await pairing.take_turns(all_turns, load_cycles, loaded, FAILURES)
     rows += [turns.figures(number) for turns in all_turns]
     return rows, [block for turns in all_turns for block in turns.blocks]
 
