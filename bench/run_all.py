@@ -54,7 +54,6 @@ import platform
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -67,6 +66,8 @@ from typing import Any, TypeVar
 
 import httpx
 import mcp_load as ml
+import pairing
+from pairing import Block
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -369,33 +370,6 @@ class IdleFigures:
 
 
 @dataclass
-class Block:
-    """One server's turn in one cycle of the side-by-side measurement: ``calls`` sequential calls (``seq``) or
-    ``--clients`` sessions calling for ``--block-seconds`` (``load``), with the server's CPU over that turn only."""
-
-    server: str
-    mode: str
-    phase: str
-    round: int
-    cycle: int
-    calls: int
-    seconds: float
-    server_cpu_ms: float | None
-    client_cpu_ms: float
-    errors: int = 0
-
-    def figure(self, attr: str) -> float | None:
-        """The block's value of a CallFigures figure: CPU ms per call or calls/s."""
-        if attr == "calls_per_s":
-            return self.calls / self.seconds if self.seconds > 0 else None
-        return self.server_cpu_ms / self.calls if self.server_cpu_ms is not None and self.calls else None
-
-
-# The phase of the blocks each compared figure comes from.
-PHASE_OF = {"seq_cpu_ms": "seq", "load_cpu_ms": "load", "calls_per_s": "load"}
-
-
-@dataclass
 class Results:
     calls: list[CallFigures] = field(default_factory=list)
     idle: list[IdleFigures] = field(default_factory=list)
@@ -431,47 +405,19 @@ class Results:
         return ratios
 
     def paired_blocks(self, ours: str, ref: str, mode: str, attr: str) -> list[tuple[Block, Block]]:
-        """The blocks of ``ours`` and ``ref`` measured in the same cycle of the same round, for one figure."""
-        phase = PHASE_OF[attr]
-        theirs = {(b.round, b.cycle): b for b in self.blocks if (b.server, b.mode, b.phase) == (ref, mode, phase)}
-        return [
-            (b, theirs[b.round, b.cycle])
-            for b in self.blocks
-            if (b.server, b.mode, b.phase) == (ours, mode, phase) and (b.round, b.cycle) in theirs
-        ]
+        return pairing.paired_blocks(self.blocks, ours, ref, mode, attr)
 
     def block_ratios(self, ours: str, ref: str, mode: str, attr: str) -> list[float]:
-        """Each paired blocks' ratio of one figure, ``ours`` over ``ref``."""
-        ratios = []
-        for mine, theirs in self.paired_blocks(ours, ref, mode, attr):
-            value, reference = mine.figure(attr), theirs.figure(attr)
-            if value is not None and reference:
-                ratios.append(value / reference)
-        return ratios
+        return pairing.block_ratios(self.blocks, ours, ref, mode, attr)
 
     def pooled_ratio(self, ours: str, ref: str, mode: str, attr: str) -> float | None:
-        """One figure over all the paired blocks at once (total CPU over total calls, or total calls over total
-        seconds), ``ours`` over ``ref``."""
-        pairs = self.paired_blocks(ours, ref, mode, attr)
-        if not pairs or any(b.server_cpu_ms is None for pair in pairs for b in pair):
-            return None
-
-        def pooled(blocks: list[Block]) -> float | None:
-            calls = sum(b.calls for b in blocks)
-            if attr == "calls_per_s":
-                seconds = sum(b.seconds for b in blocks)
-                return calls / seconds if seconds > 0 else None
-            return sum(b.server_cpu_ms or 0.0 for b in blocks) / calls if calls else None
-
-        value, reference = pooled([mine for mine, _ in pairs]), pooled([theirs for _, theirs in pairs])
-        return value / reference if value is not None and reference else None
+        return pairing.pooled_ratio(self.blocks, ours, ref, mode, attr)
 
     def idle_of(self, server: str, kind: str) -> IdleFigures | None:
         return next((i for i in self.idle if i.server == server and i.kind == kind and not i.failure), None)
 
 
-def _median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
+_median = pairing.median
 
 
 async def bounded(awaitable: Awaitable[T], timeout_s: float) -> T:
@@ -647,17 +593,7 @@ class Contender:
         """This round's figures of the server in ``mode``, over its own blocks only."""
         if self.failure is not None:
             return CallFigures(self.name, mode, failure=self.failure, round=round)
-        seq = [b for b in self.blocks if b.phase == "seq"]
-        load = [b for b in self.blocks if b.phase == "load"]
-        seq_calls, load_calls = sum(b.calls for b in seq), sum(b.calls for b in load)
-        load_seconds = sum(b.seconds for b in load)
-        timings = sorted(self.timings_ms)
-
-        def cpu_per_call(blocks: list[Block], calls: int) -> float | None:
-            if not calls or any(b.server_cpu_ms is None for b in blocks):
-                return None
-            return sum(b.server_cpu_ms or 0.0 for b in blocks) / calls
-
+        pooled = pairing.Pooled.of(self.blocks, self.timings_ms)
         if isinstance(self.session, ml.StreamableSession):
             answers = "+".join(sorted(self.session.answer_forms))
         else:
@@ -666,16 +602,10 @@ class Contender:
             server=self.name,
             mode=mode,
             answers=answers,
-            p50_ms=ml.percentile(timings, 0.50) if timings else None,
-            p99_ms=ml.percentile(timings, 0.99) if timings else None,
-            seq_cpu_ms=cpu_per_call(seq, seq_calls),
-            calls_per_s=load_calls / load_seconds if load_seconds > 0 else None,
-            load_cpu_ms=cpu_per_call(load, load_calls),
-            client_cpu_ms=sum(b.client_cpu_ms for b in load) / load_calls if load_calls else None,
-            errors=sum(b.errors for b in load),
+            **pooled.call_figures(),  # type: ignore[arg-type]
             background_pct=self.background_ms * 100 / self.wall_ms if self.wall_ms else None,
             first_error=self.first_error,
-            failure=self.first_error if load and not load_calls else None,
+            failure=self.first_error if pooled.no_load_call else None,
             round=round,
         )
 
@@ -687,14 +617,6 @@ def session_factory(server: Running, mode: str) -> ml.SessionFactory:
         return await ml.streamable_session(server.url, server.headers)
 
     return factory
-
-
-def in_rotation(contenders: list[Contender], cycle: int) -> list[Contender]:
-    """The servers still measured, in this cycle's order: each cycle starts one server later than the last, so no
-    server always follows the same one."""
-    live = [c for c in contenders if c.failure is None]
-    shift = cycle % len(live) if live else 0
-    return live[shift:] + live[:shift]
 
 
 async def sequential_block(contender: Contender, mode: str, round: int, cycle: int, calls: int) -> None:
@@ -747,19 +669,6 @@ async def load_block(contender: Contender, mode: str, round: int, cycle: int, se
     contender.took(block, window)
 
 
-async def take_turns(
-    contenders: list[Contender], cycles: int, measure: Callable[[Contender, int], Awaitable[None]]
-) -> None:
-    """``cycles`` cycles of one block per live server, in rotation; a server whose block fails drops out."""
-    for cycle in range(cycles):
-        for contender in in_rotation(contenders, cycle):
-            try:
-                await measure(contender, cycle)
-            except CALL_FAILURES as exc:
-                contender.failure = repr(exc)
-                print(f"  {contender.name}: failed: {exc!r}", flush=True)
-
-
 async def measure_side_by_side(
     servers: list[Running], mode: str, args: argparse.Namespace, results: Results, round: int
 ) -> None:
@@ -786,7 +695,7 @@ async def measure_side_by_side(
             calls = min(args.block_calls, args.n - cycle * args.block_calls)
             await sequential_block(contender, mode, round, cycle, calls)
 
-        await take_turns(contenders, seq_cycles, sequential)
+        await pairing.take_turns(contenders, seq_cycles, sequential, CALL_FAILURES)
         for contender in contenders:
             if contender.failure is None:
                 try:
@@ -802,7 +711,7 @@ async def measure_side_by_side(
         async def loaded(contender: Contender, cycle: int) -> None:
             await load_block(contender, mode, round, cycle, block_seconds)
 
-        await take_turns(contenders, load_cycles, loaded)
+        await pairing.take_turns(contenders, load_cycles, loaded, CALL_FAILURES)
     for contender in contenders:
         figures = contender.figures(mode, round)
         results.calls.append(figures)
@@ -939,11 +848,7 @@ class FigureRow:
     pairs: int = 0
 
 
-def quartiles(values: list[float]) -> tuple[float, float] | None:
-    if len(values) < 2:
-        return (values[0], values[0]) if values else None
-    first, _median, third = statistics.quantiles(values, n=4, method="inclusive")
-    return first, third
+quartiles = pairing.quartiles
 
 
 def figure_row(results: Results, figure: str, ours: str, ref: str, mode: str, attr: str, aim: str) -> FigureRow:

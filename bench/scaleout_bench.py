@@ -12,9 +12,18 @@ process not make a call dearer nor the whole slower. In one run this bench start
 Every deployment gets the workload ``run_all.py`` measures for JSON answers (``tools/call server_info`` with
 a bearer token, audited): ``--n`` back-to-back calls on one session (p50/p99, the server CPU per call), then
 ``--clients`` sessions calling back to back for ``--seconds`` (calls/s, the server CPU per call). Server CPU
-is the sum over a deployment's server processes (from /proc). All processes stay up for the whole run, so the
-deployments are measured in rounds (``--rounds``, each in the reverse order of the one before: the machine's
-speed drifts over minutes, and a drift shows as rounds that disagree); a process not being measured is idle.
+is the sum over a deployment's server processes (from /proc). All processes stay up for the whole run, and the
+deployments take turns in short blocks as ``run_all.py``'s servers do (``pairing.py``): ``--n`` sequential calls
+each in blocks of ``--block-calls`` (50, after a few unmeasured calls) on one session per deployment, then
+``--seconds`` of load each in blocks of ``--block-seconds`` (1 s) on ``--clients`` sessions per deployment opened
+beforehand; one block of every deployment makes a cycle, each cycle starting one deployment later than the last.
+A deployment's figures (its servers' CPU, PostgreSQL's, Redis's, the machine's) are taken over its own blocks
+only; a process not being measured is idle (``pg-2``'s first process is ``pg-1``'s: its CPU counts to the
+deployment whose block it served). The machine's speed drifts by tens of percent within a minute, so each
+ratio is the median of the ratios of paired blocks (the two deployments' blocks of one cycle, seconds apart),
+printed with the ratio of the pooled blocks and the pairs' quartiles. ``--rounds`` (2) repeats the whole
+measurement on the same processes. ``--in-turn`` keeps the older method: each deployment measured in one go,
+round by round (each round in the reverse order of the one before), each ratio the ratio of the means.
 
 ``--deployments`` can add ``pg-2-mirror``: ``pg-2`` with a third process in the second one's place that appends
 to the first process's audit mirror file rather than keeping its own (each process's own mirror must copy in
@@ -48,6 +57,7 @@ import argparse
 import asyncio
 import contextlib
 import itertools
+import math
 import os
 import signal
 import subprocess
@@ -62,6 +72,7 @@ from urllib.parse import urlsplit
 import confirm_latency as cl
 import httpx
 import mcp_load as ml
+import pairing
 import profile_summary
 import psycopg
 import redis
@@ -261,6 +272,38 @@ class Phase:
             other_pct=max(other, 0.0) * 100 / wall_ms,
         )
 
+    @classmethod
+    def combined(cls, blocks: list[DeploymentBlock]) -> Phase:
+        """The blocks' costs together: per call weighted by the calls each block's span counted, in % weighted by
+        each block's wall time."""
+
+        def weighted(attr: str, weight: str) -> float | None:
+            parts = [(getattr(b.costs, attr), getattr(b, weight)) for b in blocks]
+            parts = [(value, w) for value, w in parts if value is not None]
+            total = sum(w for _value, w in parts)
+            return sum(value * w for value, w in parts) / total if parts and total else None
+
+        per_call = ("postgres_ms", "redis_ms", "redis_commands")
+        per_wall = ("busy_pct", "other_pct")
+        return cls(**{a: weighted(a, "span_calls") for a in per_call}, **{a: weighted(a, "span_s") for a in per_wall})
+
+
+@dataclass
+class DeploymentBlock(pairing.Block):
+    """One deployment's block (``server``: the deployment; ``server_cpu_ms``: all its server processes'), with what
+    the block's span cost PostgreSQL, Redis and the machine (``costs``, per call of the ``span_calls`` the span
+    held, warm-up calls included, over ``span_s`` seconds)."""
+
+    costs: Phase = field(default_factory=Phase)
+    span_calls: int = 1
+    span_s: float = 0.0
+
+    def cpu_ms(self, attr: str) -> float | None:
+        """The servers' CPU over the block; for ``deployment_cpu_ms``, PostgreSQL's added."""
+        if attr != "deployment_cpu_ms" or self.server_cpu_ms is None:
+            return self.server_cpu_ms
+        return self.server_cpu_ms + (self.costs.postgres_ms or 0.0) * self.span_calls
+
 
 # --------------------------------------------------------------------------
 # Measurements
@@ -343,6 +386,158 @@ def round_order(names: list[str], number: int) -> list[str]:
     """The deployments of round ``number`` (from 1): in the given order, then reversed, and so on, so that a
     steady drift of the machine's speed falls on every deployment alike over an even number of rounds."""
     return names if number % 2 else names[::-1]
+
+
+# --------------------------------------------------------------------------
+# Side by side: the deployments take turns in short blocks
+# --------------------------------------------------------------------------
+
+FAILURES = (ml.CallError, httpx.HTTPError, OSError, TimeoutError, redis.RedisError, psycopg.Error)
+
+
+@dataclass
+class Turns:
+    """One deployment in one round of the side-by-side measurement: its sessions and what its blocks gathered."""
+
+    dep: Deployment
+    session: ml.Session
+    load_sessions: list[ml.Session] = field(default_factory=list)
+    timings_ms: list[float] = field(default_factory=list)
+    blocks: list[DeploymentBlock] = field(default_factory=list)
+    first_error: str | None = None
+    failure: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.dep.name
+
+    def figures(self, number: int) -> Figures:
+        """This round's figures of the deployment, over its own blocks only."""
+        if self.failure is not None:
+            return Figures(self.name, "json", failure=self.failure, round=number, processes=len(self.dep.pids))
+        pooled = pairing.Pooled.of(self.blocks, self.timings_ms)
+        figures = Figures(
+            self.name,
+            "json",
+            answers="json",
+            round=number,
+            processes=len(self.dep.pids),
+            **pooled.call_figures(),  # type: ignore[arg-type]
+        )
+        figures.first_error = self.first_error
+        figures.seq = Phase.combined([b for b in self.blocks if b.phase == "seq"])
+        figures.load = Phase.combined([b for b in self.blocks if b.phase == "load"])
+        figures.background_pct = figures.load.other_pct
+        if pooled.no_load_call:
+            figures.failure = self.first_error or "no call succeeded"
+        return figures
+
+
+async def sequential_block(turns: Turns, services: Services, number: int, cycle: int, calls: int) -> None:
+    """``calls`` timed sequential calls on the deployment's one session, after a few unmeasured ones."""
+    dep = turns.dep
+    before = services.snapshot(dep)
+    latency = await ra.bounded(
+        ml.sequential_latency(turns.session, calls, pid=dep.pids, warmup=ra.BLOCK_WARMUP_CALLS),
+        ra.BLOCK_TIMEOUT_S + calls * 0.2,
+    )
+    after = services.snapshot(dep)
+    turns.timings_ms.extend(latency.timings_ms)
+    cpu = latency.server_cpu_ms_per_call
+    span = calls + ra.BLOCK_WARMUP_CALLS  # PostgreSQL's and the machine's figures span the warm-up calls too
+    turns.blocks.append(
+        DeploymentBlock(
+            dep.name,
+            "json",
+            "seq",
+            number,
+            cycle,
+            calls,
+            latency.mean_ms * calls / 1000,
+            None if cpu is None else cpu * calls,
+            latency.client_cpu_ms_per_call * calls,
+            costs=Phase.between(before, after, span),
+            span_calls=span,
+            span_s=after.wall - before.wall,
+        )
+    )
+
+
+async def load_block(turns: Turns, services: Services, number: int, cycle: int, seconds: float) -> None:
+    """The deployment's ``--clients`` sessions, opened beforehand, calling back to back for ``seconds``."""
+    dep = turns.dep
+    before = services.snapshot(dep)
+    load = await ra.bounded(
+        ml.throughput(turns.load_sessions, seconds, False, dep.pids), ra.BLOCK_TIMEOUT_S + seconds * 3
+    )
+    after = services.snapshot(dep)
+    counted = max(load.calls, 1)  # the per-call figures divide by at least one call
+    cpu = load.server_cpu_ms_per_call
+    turns.first_error = turns.first_error or load.first_error
+    turns.blocks.append(
+        DeploymentBlock(
+            dep.name,
+            "json",
+            "load",
+            number,
+            cycle,
+            load.calls,
+            load.seconds,
+            None if cpu is None else cpu * counted,
+            load.client_cpu_ms_per_call * counted,
+            load.errors,
+            costs=Phase.between(before, after, load.calls),
+            span_calls=counted,
+            span_s=after.wall - before.wall,
+        )
+    )
+
+
+async def measure_side_by_side(
+    deps: dict[str, Deployment], number: int, args: argparse.Namespace, services: Services
+) -> tuple[list[Figures], list[DeploymentBlock]]:
+    """One round on all the deployments at once: ``--n`` sequential calls each in blocks of ``--block-calls``,
+    then ``--seconds`` of load each in blocks of ``--block-seconds`` on ``--clients`` sessions opened beforehand,
+    the deployments taking turns block by block."""
+    rows: list[Figures] = []
+    all_turns: list[Turns] = []
+    async with contextlib.AsyncExitStack() as stack:
+        for dep in deps.values():
+            try:
+                session = await ra.bounded(ml.streamable_session(dep.urls[0], dep.headers), ra.BLOCK_TIMEOUT_S)
+                stack.push_async_callback(session.close)
+                for _ in range(ml.WARMUP_CALLS):
+                    await ra.bounded(session.call(ml.TOOL), ra.BLOCK_TIMEOUT_S)
+            except FAILURES as exc:
+                failure = f"{type(exc).__name__}: {exc}"[:500]
+                rows.append(Figures(dep.name, "json", failure=failure, round=number, processes=len(dep.pids)))
+                print(f"  {dep.name}: failed: {failure}", flush=True)
+                continue
+            all_turns.append(Turns(dep, session))
+
+        async def sequential(turns: Turns, cycle: int) -> None:
+            calls = min(args.block_calls, args.n - cycle * args.block_calls)
+            await sequential_block(turns, services, number, cycle, calls)
+
+        await pairing.take_turns(all_turns, math.ceil(args.n / args.block_calls), sequential, FAILURES)
+        for turns in all_turns:
+            if turns.failure is None:
+                try:
+                    turns.load_sessions = await ra.bounded(
+                        ml.open_all(turns.dep.session_factory(), args.clients), ra.BLOCK_TIMEOUT_S * 2
+                    )
+                except FAILURES as exc:
+                    turns.failure = f"{type(exc).__name__}: {exc}"[:500]
+                for opened in turns.load_sessions:
+                    stack.push_async_callback(opened.close)
+        load_cycles = max(1, ra.round_half_up(args.seconds / args.block_seconds))
+
+        async def loaded(turns: Turns, cycle: int) -> None:
+            await load_block(turns, services, number, cycle, args.seconds / load_cycles)
+
+        await pairing.take_turns(all_turns, load_cycles, loaded, FAILURES)
+    rows += [turns.figures(number) for turns in all_turns]
+    return rows, [block for turns in all_turns for block in turns.blocks]
 
 
 # --------------------------------------------------------------------------
@@ -525,31 +720,94 @@ def print_table(rows: list[Figures]) -> None:
     )
 
 
-def print_ratios(rows: list[Figures]) -> None:
+@dataclass(frozen=True)
+class RatioRow:
+    """One line of the ratios: a figure of a deployment against a reference, the values as means over the rounds.
+    Side by side, the ratio is the median of the paired blocks' ratios (p50 and p99: of the pooled timings), with
+    the pooled blocks' ratio and the pairs' quartiles; in turn (``--in-turn``), the ratio of the means."""
+
+    figure: str
+    attr: str
+    ours: str
+    ref: str
+    value: float | None
+    reference: float | None
+    ratio: float | None
+    per_round: list[float | None]
+    aim: float | None = None
+    higher_is_better: bool = False
+    pooled: float | None = None
+    quartiles: tuple[float, float] | None = None
+    pairs: int = 0
+
+
+def ratio_rows(rows: list[Figures], blocks: list[DeploymentBlock]) -> list[RatioRow]:
     rounds = sorted({r.round for r in rows})
-    per_round = " ".join(f"{'r' + str(n):>6}" for n in rounds)
-    header = f"{'figure':<27} {'deployment':<11} {'against':<9} {'value':>8} {'ref':>8} {'ratio':>7} {per_round} {'aim':>8} {'':>7}"
-    print(header)
-    print("-" * len(header))
     lines = [(label, attr, ours, ref, aim, higher) for label, attr, ours, ref, aim, higher in AIMS]
     lines += [(label, attr, ours, ref, None, False) for label, attr, ours, ref in CONTEXT]
+    found = []
     for label, attr, ours, ref, aim, higher in lines:
         value, reference = mean_of(rows, ours, attr), mean_of(rows, ref, attr)
-        shown = ratio(value, reference)
-        each = []
-        for number in rounds:
-            in_round = [r for r in rows if r.round == number]
-            each.append(_x(ratio(mean_of(in_round, ours, attr), mean_of(in_round, ref, attr))))
-        bound = "-" if aim is None else f"{'>=' if higher else '<='} {aim:.1f}x"
-        met = "" if aim is None else verdict(shown, aim, higher)
-        print(
-            f"{label:<27} {ours:<11} {ref:<9} {_f(value, 3):>8} {_f(reference, 3):>8} {_x(shown):>7}"
-            f" {' '.join(f'{e:>6}' for e in each)} {bound:>8} {met:>7}"
+        if value is None and reference is None:
+            continue
+        per_round = [
+            ratio(
+                mean_of([r for r in rows if r.round == n], ours, attr),
+                mean_of([r for r in rows if r.round == n], ref, attr),
+            )
+            for n in rounds
+        ]
+        paired = pairing.block_ratios(list(blocks), ours, ref, "json", attr) if attr in pairing.PHASE_OF else []
+        found.append(
+            RatioRow(
+                label,
+                attr,
+                ours,
+                ref,
+                value,
+                reference,
+                pairing.median(paired) if paired else ratio(value, reference),
+                per_round,
+                aim,
+                higher,
+                pairing.pooled_ratio(list(blocks), ours, ref, "json", attr) if paired else None,
+                pairing.quartiles(paired),
+                len(paired),
+            )
         )
-    print(
-        "value / ref: means over the rounds; ratio: of the means; r1, r2, ...: each round's own ratio (rounds that"
-        " disagree show the machine's drift); aim: issue 15's bound"
+    return found
+
+
+def print_ratios(rows: list[Figures], blocks: list[DeploymentBlock]) -> None:
+    rounds = sorted({r.round for r in rows})
+    per_round = " ".join(f"{'r' + str(n):>6}" for n in rounds)
+    header = (
+        f"{'figure':<27} {'deployment':<11} {'against':<9} {'value':>8} {'ref':>8} {'ratio':>7} {'pooled':>7}"
+        f" {'quartiles':>10} {'pairs':>5} {per_round} {'aim':>8} {'':>7}"
     )
+    print(header)
+    print("-" * len(header))
+    for line in ratio_rows(rows, blocks):
+        bound = "-" if line.aim is None else f"{'>=' if line.higher_is_better else '<='} {line.aim:.1f}x"
+        met = "" if line.aim is None else verdict(line.ratio, line.aim, line.higher_is_better)
+        spread = "-" if line.quartiles is None else f"{line.quartiles[0]:.2f}-{line.quartiles[1]:.2f}"
+        print(
+            f"{line.figure:<27} {line.ours:<11} {line.ref:<9} {_f(line.value, 3):>8} {_f(line.reference, 3):>8}"
+            f" {_x(line.ratio):>7} {_x(line.pooled):>7} {spread:>10} {line.pairs or '-':>5}"
+            f" {' '.join(f'{_x(e):>6}' for e in line.per_round)} {bound:>8} {met:>7}"
+        )
+    if blocks:
+        print(
+            "value / ref: means over the rounds; ratio: the median of the ratios of paired blocks (the two"
+            " deployments' turns in one cycle, seconds apart; p50 and p99: the ratio of the means), pooled: all the"
+            " paired blocks' CPU over their calls (or calls over seconds), quartiles: of the paired blocks' ratios,"
+            " pairs: how many; r1, r2, ...: each round's ratio of its figures; aim: issue 15's bound"
+        )
+    else:
+        print(
+            "value / ref: means over the rounds; ratio: of the means; r1, r2, ...: each round's own ratio (rounds that"
+            " disagree show the machine's drift); aim: issue 15's bound"
+        )
 
 
 def _x(value: float | None) -> str:
@@ -581,6 +839,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--clients", type=int, default=20, help="concurrent clients under load (20)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds over the deployments, alternating order (2)")
     parser.add_argument("--quick", action="store_true", help="small numbers for a smoke run")
+    parser.add_argument("--block-calls", type=int, default=50, help="sequential calls per block, side by side (50)")
+    parser.add_argument("--block-seconds", type=float, default=1.0, help="seconds of load per block, side by side (1)")
+    parser.add_argument(
+        "--in-turn",
+        action="store_true",
+        help="the older method: each deployment measured alone in one go, round by round, the ratios of the means",
+    )
     parser.add_argument(
         "--deployments",
         type=ml.csv_of(tuple(DEPLOYMENTS)),
@@ -599,8 +864,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     defaults = (100, 3.0) if args.quick else (300, 10.0)
     args.n = args.n if args.n is not None else defaults[0]
     args.seconds = args.seconds if args.seconds is not None else defaults[1]
-    if min(args.n, args.clients, args.rounds) < 1 or args.seconds <= 0:
-        parser.error("--n, --clients, --rounds and --seconds must be positive")
+    if min(args.n, args.clients, args.rounds, args.block_calls) < 1 or min(args.seconds, args.block_seconds) <= 0:
+        parser.error("--n, --clients, --rounds, --block-calls, --seconds and --block-seconds must be positive")
     wanted = args.deployments or set(DEFAULT_DEPLOYMENTS)
     if wanted & set(SCALE_OUT) and not cl.scale_out_configured():
         if args.deployments:
@@ -612,13 +877,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-async def run(args: argparse.Namespace) -> list[Figures]:
+async def run(args: argparse.Namespace) -> tuple[list[Figures], list[DeploymentBlock]]:
     loop = asyncio.get_running_loop()
     main_task = asyncio.current_task()
     assert main_task is not None
     loop.add_signal_handler(signal.SIGTERM, main_task.cancel)  # stop the servers on SIGTERM too
     ml.raise_fd_limit(ra.FD_LIMIT)
     rows: list[Figures] = []
+    blocks: list[DeploymentBlock] = []
     with tempfile.TemporaryDirectory(prefix="bench-scaleout-") as workdir:
         async with deployments(args.deployments, Path(workdir)) as deps:
             services = Services(deps)
@@ -626,13 +892,21 @@ async def run(args: argparse.Namespace) -> list[Figures]:
                 print(f"== {dep.name}: {DEPLOYMENTS[dep.name]}; pids {','.join(map(str, dep.pids))}", flush=True)
                 await warm_up(dep, args)
             for number in range(1, args.rounds + 1):
-                for name in round_order(args.deployments, number):
-                    row = await measure(deps[name], number, args, services)
-                    rows.append(row)
-                    print(f"  round {number} {name}: {_summary(row)}", flush=True)
+                if args.in_turn:
+                    for name in round_order(args.deployments, number):
+                        row = await measure(deps[name], number, args, services)
+                        rows.append(row)
+                        print(f"  round {number} {name}: {_summary(row)}", flush=True)
+                    continue
+                print(f"== round {number}, side by side, load average {ra.load_average()}", flush=True)
+                found, taken = await measure_side_by_side(deps, number, args, services)
+                rows += found
+                blocks += taken
+                for row in found:
+                    print(f"  round {number} {row.server}: {_summary(row)}", flush=True)
             if args.profile:
                 await profile(deps, args)
-    return rows
+    return rows, blocks
 
 
 def _summary(r: Figures) -> str:
@@ -649,18 +923,27 @@ def main() -> None:
     ra.print_heading(
         "Scale-out bench",
         f"--n {args.n} --clients {args.clients} --seconds {args.seconds:g} --rounds {args.rounds}"
-        f" deployments {','.join(args.deployments)}",
+        + (
+            " --in-turn"
+            if args.in_turn
+            else f" --block-calls {args.block_calls} --block-seconds {args.block_seconds:g}"
+        )
+        + f" deployments {','.join(args.deployments)}",
     )
     started = time.monotonic()
     try:
-        rows = asyncio.run(run(args))
+        rows, blocks = asyncio.run(run(args))
     except (RuntimeError, OSError, subprocess.SubprocessError, psycopg.Error) as exc:
         raise SystemExit(f"set-up failed: {exc}") from exc
     ra.report(
         args,
         started,
-        [lambda: print_table(rows), lambda: print_ratios(rows), lambda: print_notes(rows)],
-        {"rows": [asdict(r) | {"deployment_cpu_ms": r.deployment_cpu_ms} for r in rows]},
+        [lambda: print_table(rows), lambda: print_ratios(rows, blocks), lambda: print_notes(rows)],
+        {
+            "rows": [asdict(r) | {"deployment_cpu_ms": r.deployment_cpu_ms} for r in rows],
+            "ratios": [asdict(line) for line in ratio_rows(rows, blocks)],
+            "blocks": [asdict(b) for b in blocks],
+        },
         skip=frozenset({"profile"}),
     )
 

@@ -8,6 +8,7 @@ import os
 import time
 
 import mcp_load as ml
+import pairing
 import pytest
 import run_all as ra
 
@@ -60,10 +61,10 @@ def contender(name: str) -> ra.Contender:
 def test_each_cycle_starts_one_server_later_and_skips_a_failed_one() -> None:
     contenders = [contender("forge"), contender("sdk-json"), contender("null")]
 
-    assert [c.name for c in ra.in_rotation(contenders, 0)] == ["forge", "sdk-json", "null"]
-    assert [c.name for c in ra.in_rotation(contenders, 1)] == ["sdk-json", "null", "forge"]
+    assert [c.name for c in pairing.in_rotation(contenders, 0)] == ["forge", "sdk-json", "null"]
+    assert [c.name for c in pairing.in_rotation(contenders, 1)] == ["sdk-json", "null", "forge"]
     contenders[1].failure = "CallError('HTTP 500')"
-    assert [c.name for c in ra.in_rotation(contenders, 1)] == ["null", "forge"]
+    assert [c.name for c in pairing.in_rotation(contenders, 1)] == ["null", "forge"]
 
 
 def test_a_process_cpu_time_is_read_finer_than_a_clock_tick() -> None:
