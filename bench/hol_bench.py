@@ -18,7 +18,10 @@ first project call asks, then ``manage.py access_requests allow --pending``).
 * **phases**: ``alone`` (the probe only) and ``loaded`` (the probe while the heavy client calls the heavy call
   back to back on its own session), ``--phase-seconds`` each, ``--rounds`` of each alternated (alone, loaded,
   loaded, alone, ...) so a drift of the VM's speed weighs on both. A loaded phase starts its heavy loop first
-  and ends only when the heavy call in flight has come back, so no alone phase has a heavy call running.
+  and ends only when the heavy call in flight has come back, so no alone phase has a heavy call running. The
+  heavy client runs in a process of its own (``--heavy-child``, on the heavy session), as another client would:
+  on the probe's event loop, its reading and parsing of each answer (122 KB for ``project.check``) delayed the
+  probes due meanwhile. Its CPU is in a loaded phase's ``bg %``.
 
 It prints p50/p99/max of each probe in each phase (all rounds' probes pooled) and the issue's figure, loaded p99
 / alone p99 (aim: at most 1.5x; before the pool, a probe waited for the heavy call's whole duration): the median
@@ -38,12 +41,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
+import json
 import os
 import platform
 import shutil
 import signal
 import statistics
+import sys
 import tempfile
+import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
@@ -81,6 +88,7 @@ OVERRIDDEN_ENV = (
     "FORGE_WORKERS",
 )
 HEAVY_STOP_TIMEOUT_S = 120.0
+HEAVY_CHILD_IDS = 1_000_000
 
 
 # --------------------------------------------------------------------------
@@ -200,23 +208,78 @@ async def probe_for(session: ml.StreamableSession, seconds: float, interval_s: f
     return samples
 
 
-@dataclass
 class HeavyLoop:
-    """The heavy client calling one tool back to back until told to stop."""
+    """The heavy client calling one tool back to back until told to stop, in a process of its own (``--heavy-child``)
+    on the heavy session: another client is another process, so its reading and parsing of each large answer must
+    not hold up the probe's event loop, as it did when the loop ran beside the probe."""
 
-    session: ml.StreamableSession
-    name: str
-    arguments: dict[str, Any]
-    durations: list[float] = field(default_factory=list)
-    stop: asyncio.Event = field(default_factory=asyncio.Event)
-    started: asyncio.Event = field(default_factory=asyncio.Event)
+    def __init__(self, session: ml.StreamableSession, name: str, arguments: dict[str, Any], first_id: int) -> None:
+        self.spec = {
+            "url": session.url,
+            "headers": session.headers,
+            "name": name,
+            "arguments": arguments,
+            "first_id": first_id,
+        }
+        self.durations: list[float] = []
+        self.process: asyncio.subprocess.Process | None = None
 
-    async def run(self) -> None:
-        while not self.stop.is_set():
+    async def start(self) -> None:
+        """Start the child and return once its first heavy call is on its way."""
+        self.process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--heavy-child",
+            json.dumps(self.spec),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        assert self.process.stdout is not None
+        line = await ra.bounded(self.process.stdout.readline(), HEAVY_STOP_TIMEOUT_S)
+        if line.strip() != b"started":
+            raise RuntimeError(f"the heavy client did not start: {line[:300]!r}")
+
+    async def stop(self) -> None:
+        """Tell the child to stop; it answers once the call in flight has come back, with every call's duration."""
+        process = self.process
+        assert process is not None and process.stdin is not None and process.stdout is not None
+        try:
+            process.stdin.write(b"stop\n")
+            await process.stdin.drain()
+            line = await ra.bounded(process.stdout.readline(), HEAVY_STOP_TIMEOUT_S)
+            outcome = json.loads(line or b"{}")
+            if outcome.get("error"):
+                raise RuntimeError(f"the heavy client failed: {outcome['error']}")
+            self.durations = outcome["durations"]
+            await ra.bounded(process.wait(), HEAVY_STOP_TIMEOUT_S)
+        finally:
+            if process.returncode is None:  # it failed to answer or to end: it is not left behind
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                await process.wait()
+
+
+async def heavy_child(spec: dict[str, Any]) -> None:
+    """``--heavy-child``: call the tool back to back on the given session until a line arrives on stdin, then print
+    the calls' durations (ms) as one JSON line."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    threading.Thread(target=lambda: (sys.stdin.readline(), loop.call_soon_threadsafe(stop.set)), daemon=True).start()
+    session = ml.StreamableSession(ml.new_client(), spec["url"], spec["headers"], None)
+    session.ids = itertools.count(spec["first_id"])
+    durations: list[float] = []
+    error = None
+    print("started", flush=True)
+    try:
+        while not stop.is_set():
             start = time.perf_counter()
-            self.started.set()
-            await tool(self.session, self.name, self.arguments)
-            self.durations.append((time.perf_counter() - start) * 1000)
+            await tool(session, spec["name"], spec["arguments"])
+            durations.append((time.perf_counter() - start) * 1000)
+    except Exception as exc:  # told to the parent, which stops the run with it
+        error = f"{type(exc).__name__}: {exc}"[:500]
+    finally:
+        await session.close()  # no session id of its own: the connection pool only, the session stays the parent's
+    print(json.dumps({"durations": durations, "error": error}), flush=True)
 
 
 # --------------------------------------------------------------------------
@@ -318,20 +381,16 @@ async def measure(server: Server, args: argparse.Namespace) -> WorkersFigures:
                 window = ra.BackgroundWindow(server.pid)
                 cpu_before, wall_before = ml.server_cpu_ms(server.pid), time.monotonic()
                 loop: HeavyLoop | None = None
-                task: asyncio.Task[None] | None = None
                 if phase == "loaded":
-                    loop = HeavyLoop(heavy, figures.heavy_tool, HEAVY_CANDIDATES[figures.heavy_tool])
-                    task = asyncio.create_task(loop.run())
-                    await loop.started.wait()
+                    first_id = HEAVY_CHILD_IDS * (round_ + 1)  # ids the parent's calls on the session never reach
+                    loop = HeavyLoop(heavy, figures.heavy_tool, HEAVY_CANDIDATES[figures.heavy_tool], first_id)
+                    await loop.start()
                 try:
                     got = await probe_for(probe, args.phase_seconds, interval_s)
-                except BaseException:
-                    if task is not None:
-                        task.cancel()
-                    raise
-                if loop is not None and task is not None:
-                    loop.stop.set()
-                    await ra.bounded(task, HEAVY_STOP_TIMEOUT_S)  # the call in flight comes back first
+                finally:
+                    if loop is not None:
+                        await loop.stop()  # the call in flight comes back first
+                if loop is not None:
                     heavy_durations.extend(loop.durations)
                 cpu_ms[phase] += ml.server_cpu_ms(server.pid) - cpu_before
                 wall_ms[phase] += (time.monotonic() - wall_before) * 1000
@@ -514,6 +573,9 @@ async def run(args: argparse.Namespace) -> list[WorkersFigures]:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--heavy-child"]:
+        asyncio.run(heavy_child(json.loads(sys.argv[2])))
+        return
     args = parse_args()
     print_header(args)
     started = time.monotonic()

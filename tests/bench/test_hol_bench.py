@@ -1,8 +1,15 @@
-"""hol_bench's figures: each round's loaded p99 over its alone p99, and the figure over all rounds' probes."""
+"""hol_bench's figures: each round's loaded p99 over its alone p99, and the figure over all rounds' probes; its heavy
+client in a process of its own."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+
 import hol_bench as hb
+import mcp_load as ml
+import pytest
+import run_all as ra
 
 
 def phases(alone: list[float], loaded: list[float]) -> dict[str, dict[str, list[float]]]:
@@ -33,3 +40,21 @@ def test_the_figure_is_the_median_of_the_rounds_not_the_worst_rounds_tail() -> N
 
     assert figures.ratio("ping") == 1.2
     assert figures.pooled_ratio("ping") == 1.3  # the third round's 1.3x tail sets the pooled p99
+
+
+@pytest.mark.live
+@pytest.mark.anyio
+async def test_the_heavy_client_calls_from_a_process_of_its_own_until_told_to_stop() -> None:
+    async with ra.running(ra.SERVERS["null"]) as server:
+        session = await ml.streamable_session(server.url, server.headers)
+        try:
+            loop = hb.HeavyLoop(session, "server_info", {}, first_id=1_000)
+            await loop.start()
+            assert loop.process is not None and loop.process.pid != os.getpid()
+            await asyncio.sleep(0.3)
+            await loop.stop()
+        finally:
+            await session.close()
+
+    assert loop.durations and all(ms > 0 for ms in loop.durations)
+    assert loop.process.returncode == 0
