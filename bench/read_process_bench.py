@@ -61,7 +61,7 @@ def ways(pool: read_pool.ReadPool, data: bytes) -> tuple[Run, Run]:
         return READS[name](document, *args, **kwargs)
 
     def in_pool(name: str, *args: Any, **kwargs: Any) -> Any:
-        return pool.run(fingerprint, data, name, *args, **kwargs)
+        return pool.run(fingerprint, lambda: data, name, *args, **kwargs)
 
     return in_process, in_pool
 

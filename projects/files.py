@@ -16,6 +16,11 @@ class PathOutsideRoot(ValueError):
     """A project path that is not inside FORGE_PROJECTS_ROOT."""
 
 
+class FileChanged(Exception):
+    """A file's bytes, read now, no longer have the fingerprint that its unchanged status stood for a moment
+    before: it was written in between. Read it again from the start."""
+
+
 def _no_step(name: str) -> None:
     """No-op step callback: nothing to mark at a write's boundaries."""
 

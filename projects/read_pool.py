@@ -4,8 +4,9 @@ A check of a 50,000-variable project is most of a second of pure Python; in a th
 the GIL, and every other client's request waits a switch interval at each of its thread hand-offs behind it.
 `runmcp` starts FORGE_READ_PROCESSES read processes (`projects.read_process`, each a fresh interpreter
 started with `subprocess`, never a fork of the threaded server) and `projects.reads` hands them the reads:
-the server reads the file and fingerprints it (both let go of the GIL), and a read process parses it, keeps
-it by fingerprint and computes the answer. A read takes an idle process (one that already holds its document
+the server fingerprints the file (reading and hashing it, both of which let go of the GIL, unless its status
+shows it unchanged since: `projects.services.read_file`), and a read process is sent the bytes only if it does
+not hold that document yet, parses it, keeps it by fingerprint and computes the answer. A read takes an idle process (one that already holds its document
 if one is idle), so a process busy with a check holds up only a read that finds every process busy.
 
 A process that dies mid-read (killed, out of memory) is replaced and the read is asked once more of another;
@@ -23,10 +24,12 @@ import subprocess
 import sys
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from projects.files import FileChanged
 from projects.plcopen.documents import ProjectFormatError
 from projects.plcopen.elements import ElementNotFound
 from projects.read_process import CACHE_SIZE
@@ -68,12 +71,15 @@ class ReadProcess:
         # order. Only a hint of whether to send the bytes at once; a "missing" reply corrects it.
         self.held: OrderedDict[str, None] = OrderedDict()
 
-    def ask(self, fingerprint: str, data: bytes, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """The content of one read; EOFError or OSError if the process is gone."""
-        sent = data if fingerprint not in self.held else None
+    def ask(
+        self, fingerprint: str, data: Callable[[], bytes], name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """The content of one read; EOFError or OSError if the process is gone. `data` gives the document's bytes,
+        asked for only when the process does not hold the document; what it raises leaves the process ready."""
+        sent = data() if fingerprint not in self.held else None
         outcome, detail = self._exchange((fingerprint, sent, name, args, kwargs))
         if outcome == "missing":
-            outcome, detail = self._exchange((fingerprint, data, name, args, kwargs))
+            outcome, detail = self._exchange((fingerprint, data(), name, args, kwargs))
         if outcome == "not_a_project":
             self.held.pop(fingerprint, None)
             raise ProjectFormatError(detail)
@@ -118,8 +124,9 @@ class ReadPool:
         with self._available:
             self._idle = [process or ReadProcess() for process in self._idle]
 
-    def run(self, fingerprint: str, data: bytes, name: str, *args: Any, **kwargs: Any) -> Any:
-        """The content of read `name` on the document with these bytes, computed in a read process."""
+    def run(self, fingerprint: str, data: Callable[[], bytes], name: str, *args: Any, **kwargs: Any) -> Any:
+        """The content of read `name` on the document of this fingerprint, computed in a read process; `data`
+        gives its bytes if the process does not hold it yet (`ReadProcess.ask`)."""
         for _attempt in range(2):
             process = self._take(fingerprint)
             try:
@@ -127,8 +134,9 @@ class ReadPool:
             except (EOFError, OSError):
                 self._lose(process)
                 continue
-            except (LookupError, ValueError, ReadFailed):
-                self._give_back(process)  # answered: the read's own refusal, the process ready for the next
+            except (LookupError, ValueError, ReadFailed, FileChanged):
+                # answered (the read's own refusal), or the bytes not sent: the process is ready for the next
+                self._give_back(process)
                 raise
             except BaseException:
                 self._lose(process)  # left mid-exchange: what it sends next would answer this read

@@ -5,8 +5,8 @@ working draft exists), which project, and the accepted revision, so a client can
 answers describe the same state. Limits and cursors are those of `projects.plcopen`.
 
 The content of an answer is a pure function of the document (`projects.document_reads`). In the accepted
-view, when `runmcp` has started read processes (`projects.read_pool`), the server only reads and
-fingerprints the file and a read process parses it and computes the content, so a check of a large project
+view, when `runmcp` has started read processes (`projects.read_pool`), the server only fingerprints the
+file (`services.read_file`) and a read process parses it and computes the content, so a check of a large project
 does not hold the server's GIL. The working draft's reads run in process: the draft's document is the one
 its stage calls edit here, and sending it would cost a serialization as long as most reads.
 """
@@ -51,9 +51,14 @@ def _read_in_pool(
 ) -> tuple[Project, dict[str, Any]]:
     """The accepted project and the read's content, computed in a read process (in the order `current_document`
     keeps: a file that does not parse is refused unrecorded; one that does is recorded whatever the read says)."""
-    file = services.read_file(project)
+    return services.with_file(project, lambda file: _run_in_pool(pool, project, file, name, *args, **kwargs))
+
+
+def _run_in_pool(
+    pool: read_pool.ReadPool, project: Project, file: services.ProjectFile, name: str, *args: Any, **kwargs: Any
+) -> tuple[Project, dict[str, Any]]:
     try:
-        content = pool.run(file.fingerprint, file.data, name, *args, **kwargs)
+        content = pool.run(file.fingerprint, lambda: file.data, name, *args, **kwargs)
     except documents.ProjectFormatError as exc:
         raise services.not_a_project(project, exc) from None
     except read_pool.ReadProcessLost as exc:

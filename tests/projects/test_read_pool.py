@@ -127,7 +127,7 @@ def test_every_read_answers_the_same_in_a_read_process_as_in_process(pool, fixtu
         return READS[name](document, *args, **kwargs)
 
     def in_pool(name: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        return pool.run(fingerprint, data, name, *args, **kwargs)
+        return pool.run(fingerprint, lambda: data, name, *args, **kwargs)
 
     assert len(requests) > 50
     assert [outcome(in_pool, r) for r in requests] == [outcome(in_process, r) for r in requests]
@@ -198,9 +198,9 @@ def test_an_unexpected_error_in_a_read_process_is_a_failed_read_and_the_process_
     pids = {process.popen.pid for process in processes_of(pool)}
 
     with pytest.raises(read_pool.ReadFailed):
-        pool.run(fingerprint, data, "get_element", None)  # not an id: AttributeError in the query
+        pool.run(fingerprint, lambda: data, "get_element", None)  # not an id: AttributeError in the query
 
-    assert pool.run(fingerprint, data, "get_element", "pou/LineMain")["id"].lower() == "pou/linemain"
+    assert pool.run(fingerprint, lambda: data, "get_element", "pou/LineMain")["id"].lower() == "pou/linemain"
     assert {process.popen.pid for process in processes_of(pool)} == pids
 
 
@@ -288,7 +288,7 @@ def test_the_working_draft_view_reads_in_process_while_the_pool_runs(steps, pool
 def test_a_read_process_holds_no_file_and_no_socket_but_its_own_and_runs_below_the_server(pool):
     [process, _] = processes_of(pool)
     data = fixture_bytes(MAIN)
-    process.ask(documents.fingerprint(data), data, "overview", (), {})  # past its start-up
+    process.ask(documents.fingerprint(data), lambda: data, "overview", (), {})  # past its start-up
 
     opened = {
         fd: os.readlink(f"/proc/{process.popen.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{process.popen.pid}/fd")

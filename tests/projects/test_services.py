@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from audit.models import AuditEvent, EventKind
-from projects import reads
-from projects.files import PathOutsideRoot
+from projects import reads, services
+from projects.files import FileChanged, PathOutsideRoot
 from projects.models import Project
 from projects.services import ProjectRefused, do_bind_project, do_import_project, export_bytes
 from tests.projects.conftest import INVALID, MAIN, SMALL, fixture_bytes, fixture_params
@@ -385,6 +385,83 @@ def test_a_read_of_an_unchanged_file_keeps_revision_1_and_writes_no_audit_row():
 
     assert answer["accepted_revision"] == 1
     assert external_changes() == []
+
+
+# --- a settled file's status stands for its bytes ---------------------------------------------------
+
+
+@pytest.fixture
+def settled(monkeypatch) -> None:
+    """Every file counts as settled however recently it changed, so that a test need not wait SETTLED_NS."""
+    monkeypatch.setattr(services, "SETTLED_NS", 0)
+
+
+def test_a_file_unchanged_since_it_was_hashed_is_not_read_again(settled):
+    project = import_fixture()
+    first = services.read_file(project)
+
+    again = services.read_file(project)
+
+    assert again._data is None  # known from its status: no bytes read
+    assert again.fingerprint == first.fingerprint == project.fingerprint
+    assert again.data == first.data  # read when asked for, and still of that fingerprint
+
+
+def test_a_file_changed_in_place_to_bytes_of_the_same_length_is_hashed_again(root, settled):
+    project = import_fixture()
+    services.read_file(project)
+    path = root / project.path
+    same_length = path.read_bytes().replace(b'name="Dosing Line"', b'name="Dosing Lime"', 1)
+    with path.open("r+b") as handle:  # in place: the same inode, the same size
+        handle.write(same_length)
+
+    answer = reads.overview(project)
+
+    assert answer["accepted_revision"] == 2
+    assert answer["name"] == "Dosing Lime"
+    [event] = external_changes()
+    assert event.arguments["fingerprint"] == hashlib.sha256(same_length).hexdigest()
+
+
+def test_a_file_changed_within_the_settling_time_is_hashed_on_every_read(root):
+    project = import_fixture()  # written just now: not settled
+
+    services.read_file(project)
+    again = services.read_file(project)
+
+    assert again._data is not None
+
+
+def test_bytes_read_later_that_no_longer_match_the_known_fingerprint_are_refused(root, settled):
+    project = import_fixture()
+    services.read_file(project)
+    known = services.read_file(project)
+    change_on_disk(root, project)
+
+    with pytest.raises(FileChanged):
+        _ = known.data
+
+
+def test_a_document_whose_file_changes_between_its_status_and_its_bytes_is_read_afresh(root, settled, monkeypatch):
+    project = import_fixture()
+    services.read_file(project)
+    services.clear_cache()  # the parsed document gone (a restart), its bytes needed
+    services.read_file(project)  # the status known again
+    known = services.read_file
+    changed: list[bytes] = []
+
+    def written_meanwhile(project: Project, *, fresh: bool = False) -> services.ProjectFile:
+        file = known(project, fresh=fresh)
+        if not changed:  # another tool writes after the status was judged unchanged, before the bytes are read
+            changed.append(change_on_disk(root, project))
+        return file
+
+    monkeypatch.setattr(services, "read_file", written_meanwhile)
+
+    answer = reads.overview(project)
+
+    assert answer["accepted_revision"] == 2
+    assert answer["name"] == "Dosing Line, edited"
 
 
 # --- export ----------------------------------------------------------------------------------------
