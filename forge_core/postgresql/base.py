@@ -4,6 +4,7 @@ worker thread whether it may keep its pooled connection between hops, and making
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import psycopg
@@ -39,11 +40,23 @@ class DatabaseWrapper(RunsBeforeCommit, base.DatabaseWrapper):
             return
         super()._set_autocommit(autocommit)  # type: ignore[misc]  # private in django-stubs
 
+    def get_new_connection(self, conn_params: dict[str, Any]) -> psycopg.Connection[Any]:
+        connection = super().get_new_connection(conn_params)
+        self.taken_at = time.monotonic()
+        return connection
+
     def kept_idle(self) -> bool:
         """Whether this thread's connection is open with no transaction on the server, nothing a return to the pool
-        would roll back: a worker thread then keeps it for its next hop (`forge_core.workers`)."""
+        would roll back, and was taken from the pool less than the pool's `max_lifetime` ago: a worker thread then
+        keeps it for its next hop (`forge_core.workers`). Past that it goes back, and the pool closes it and opens
+        another as it does any connection past its lifetime, so a kept connection lives at most twice as long as
+        the pool's own (it may have been lent already that old)."""
         connection = self.connection
-        return connection is not None and connection.pgconn.transaction_status == TransactionStatus.IDLE
+        return (
+            connection is not None
+            and connection.pgconn.transaction_status == TransactionStatus.IDLE
+            and time.monotonic() - self.taken_at < self.pool.max_lifetime  # type: ignore[attr-defined]  # Django 5.1's
+        )
 
     def driver_cursor(self) -> psycopg.Cursor[Any]:
         """A cursor of the driver's on this thread's connection, for `forge_core.fastsql`'s reads. Its `timestamptz`

@@ -5,6 +5,7 @@ loader only where it gives the values, and the very `tzinfo`, that Django's curs
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import UTC
 
@@ -14,7 +15,7 @@ from django.contrib.auth.models import Group
 from django.db import connection, transaction
 from psycopg.pq import Format
 
-from forge_core import fastsql
+from forge_core import fastsql, workers
 from forge_core.postgresql.base import PSYCOPGS_TIMESTAMPTZ_LOADER, TIMESTAMPTZ
 
 pytestmark = [
@@ -119,3 +120,16 @@ def test_without_use_tz_the_driver_cursor_reads_the_naive_times_djangos_does(set
 
     assert _same(djangos, fast)
     assert all(value is None or value.tzinfo is None for value in fast)
+
+
+def test_a_kept_connection_goes_back_to_the_pool_once_past_the_pools_lifetime(monkeypatch):
+    connection.ensure_connection()
+    assert connection.kept_idle()
+    pool = connection.pool
+    taken_at = connection.taken_at
+
+    monkeypatch.setattr(time, "monotonic", lambda: taken_at + pool.max_lifetime)
+
+    assert not connection.kept_idle()
+    workers._upkeep()
+    assert connection.connection is None  # handed back, for the pool to close as past its lifetime
