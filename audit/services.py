@@ -371,9 +371,10 @@ def _append_in_transaction(events: list[AuditEvent]) -> None:
         raise AuditUnavailable(str(exc)) from exc
 
 
-def _append_alone(events: list[AuditEvent], db: Any) -> None:
-    """Append `events` in a transaction of their own on `db` (this thread's connection) and commit it (the group
-    commit's batch).
+def _append_alone(take: Callable[[], list[AuditEvent]], db: Any) -> None:
+    """Append the events `take()` gives, once the chain lock is held, in a transaction of their own on `db` (this
+    thread's connection) and commit it (the group commit's batch: rows that arrive while it waits for the lock join
+    it rather than wait for the next batch's).
 
     The transaction is the append's own, not Django's atomic(), whose bookkeeping (autocommit switched off and on,
     the commit's checks and hooks, each through Django's thread-safety wrappers) cost a lone row more CPU than its
@@ -382,12 +383,12 @@ def _append_alone(events: list[AuditEvent], db: Any) -> None:
     On PostgreSQL that is two round trips where atomic() took four: BEGIN goes in the script that takes the chain
     lock and reads the head, and the INSERTs and COMMIT go as one script."""
     if not db.get_autocommit() or (db.vendor == "postgresql" and _binds_on_the_server(db)):
-        _append_in_transaction(events)
+        _append_in_transaction(take())
         return
     try:
         try:
             head, missing = _begin_alone(db)
-            _append(events, head, db, missing)
+            _append(take(), head, db, missing)
         except BaseException:
             _roll_back(db)
             raise
@@ -513,9 +514,10 @@ class _Waiting:
 class _GroupCommit:
     """Leader/follower group commit of rows appended outside a transaction, per process.
 
-    The first caller to find no leader leads: it takes every row waiting (its own among them), appends them
-    in one transaction under the chain lock with one mirror fsync, commits, and wakes the batch's callers with
-    their outcome. Rows that arrived meanwhile wait for the next leader, which is the oldest of them: leadership
+    The first caller to find no leader leads: once it holds the chain lock it takes every row waiting (its own
+    among them, and any that arrived while it waited for the lock: on PostgreSQL another process's batch may hold
+    it), appends them in one transaction with one mirror fsync, commits, and wakes the batch's callers with their
+    outcome. Rows that arrive after that wait for the next leader, which is the oldest of them: leadership
     is handed over, so no caller appends more than one batch for others. Every caller waits for its own row's
     commit, so the audit stays fail closed, and the chain order is the commit order. Each caller's thread
     does the work (no thread of its own): a call still makes one thread hop.
@@ -570,11 +572,17 @@ class _GroupCommit:
             me.ready.acquire(timeout=self.GATHER_SECONDS)  # released by the caller that fills the batch
         with self.mutex:
             self.gathering = None
-            batch, self.waiting = self.waiting, []
-            self.last_batch = len(batch)
+        batch: list[_Waiting] = []
+
+        def take() -> list[AuditEvent]:
+            with self.mutex:
+                batch[:], self.waiting = self.waiting, []
+                self.last_batch = len(batch)
+            return [waiting.event for waiting in batch]
+
         failure: AuditUnavailable | None = AuditUnavailable("the audit batch was interrupted")
         try:
-            _append_alone([waiting.event for waiting in batch], me.db)
+            _append_alone(take, me.db)
             failure = None
         except AuditUnavailable as exc:
             failure = exc
@@ -582,6 +590,10 @@ class _GroupCommit:
             logger.exception("an audit batch failed; its %d callers are told the audit is unavailable", len(batch))
             failure = AuditUnavailable(f"{type(exc).__name__}: {exc}")
         finally:
+            if not batch:  # stopped before it took its rows: only the leader's own is failed, the rest wait on
+                with self.mutex:
+                    self.waiting.remove(me)
+                batch.append(me)
             followers = [waiting for waiting in batch if waiting is not me]
             for position, waiting in enumerate(followers, start=1):
                 waiting.error = failure

@@ -69,7 +69,7 @@ def test_probe_batches(size: int) -> None:
 
     def batch(number: int) -> None:
         events = [services._event(EventKind.TOOL_CALL, _fields(0, number * size + row)) for row in range(size)]
-        services._append_alone(events, db)
+        services._append_alone(lambda: events, db)
 
     for number in range(WARM):
         batch(number)
@@ -95,16 +95,16 @@ def test_probe_threads() -> None:
     batches = [0]
     real = services._append_alone
 
-    def counted(events: list[Any], db: Any) -> None:
+    def counted(take: Any, db: Any) -> None:
         batches[0] += 1
-        real(events, db)
+        real(take, db)
 
     def writer(index: int) -> None:
         try:
             # A batch on this thread's own connection first: a caller that leads no batch while warming up would
             # open its connection, read the schema and prepare the INSERTs in the count.
             services._append_alone(
-                [services._event(EventKind.TOOL_CALL, _fields(index, -1))], connections[DEFAULT_DB_ALIAS]
+                lambda: [services._event(EventKind.TOOL_CALL, _fields(index, -1))], connections[DEFAULT_DB_ALIAS]
             )
             for number in range(20):
                 services.record(EventKind.TOOL_CALL, **_fields(index, number))

@@ -73,12 +73,19 @@ class Phases:
         os.fsync = self.timed("mirror fsync", os.fsync)
         alone = self.timed("_append_alone (the batch)", services._append_alone)
 
-        def batch(events: list[Any], db: Any) -> None:
+        def batch(take: Any, db: Any) -> None:
             start = time.perf_counter_ns()
+            taken: list[int] = []
+
+            def counted_take() -> list[Any]:
+                events = take()
+                taken.append(len(events))
+                return events
+
             try:
-                alone(events, db)
+                alone(counted_take, db)
             finally:
-                self.batches.append((start, time.perf_counter_ns(), len(events), threading.get_ident()))
+                self.batches.append((start, time.perf_counter_ns(), sum(taken), threading.get_ident()))
 
         services._append_alone = batch
         lead = services._GroupCommit._lead

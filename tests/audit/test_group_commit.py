@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 
 import pytest
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, transaction
@@ -47,6 +48,18 @@ def run_writers(target, threads: int = THREADS) -> list:
         worker.join(timeout=120)
     assert not any(worker.is_alive() for worker in workers)
     return results
+
+
+def led_then_joined(leading: threading.Event, others: int) -> tuple[list, list]:
+    """A first caller records and, once `leading` is set (its batch under way), `others` callers record too: the
+    first's seq and theirs, each caller's `called_by` being `w<index>`."""
+    first: list = []
+    leader = threading.Thread(target=lambda: first.append(record(EventKind.TOOL_CALL, called_by="first").seq))
+    leader.start()
+    assert leading.wait(10)
+    results = run_writers(lambda index: record(EventKind.TOOL_CALL, called_by=f"w{index}").seq, threads=others)
+    leader.join(timeout=10)
+    return first, results
 
 
 @pytest.fixture
@@ -124,13 +137,7 @@ def test_callers_queued_behind_a_batch_are_written_as_the_next_batch_and_each_is
         real_append(events, *rest)
 
     monkeypatch.setattr(services, "_append", append)
-    first: list = []
-    leader = threading.Thread(target=lambda: first.append(record(EventKind.TOOL_CALL, called_by="first").seq))
-    leader.start()
-    assert inside.wait(10)
-
-    results = run_writers(lambda index: record(EventKind.TOOL_CALL, called_by=f"w{index}").seq, threads=others)
-    leader.join(timeout=10)
+    first, results = led_then_joined(inside, others)
 
     assert batches == [1, others]
     assert first == [1]
@@ -138,6 +145,79 @@ def test_callers_queued_behind_a_batch_are_written_as_the_next_batch_and_each_is
     for index, seq in enumerate(results):
         assert AuditEvent.objects.get(seq=seq).called_by == f"w{index}"
     assert audit_verify().startswith("ok")
+
+
+def test_callers_that_arrive_while_a_leader_waits_for_the_chain_lock_join_its_batch(monkeypatch):
+    """A leader takes its batch's rows once it holds the chain lock (on PostgreSQL another process's batch may hold
+    it): rows that queued meanwhile go with its batch rather than wait for the next one."""
+    group = services._GroupCommit()
+    monkeypatch.setattr(services, "_GROUP", group)
+    waiting_for_the_lock = threading.Event()
+    real_begin = services._begin_alone
+
+    def begin(db):
+        waiting_for_the_lock.set()
+        deadline = time.monotonic() + 10
+        while len(group.waiting) < THREADS and time.monotonic() < deadline:  # the others queue behind it meanwhile
+            time.sleep(0.001)
+        return real_begin(db)
+
+    monkeypatch.setattr(services, "_begin_alone", begin)
+    batches: list[int] = []
+    real_append = services._append
+
+    def append(events, *rest) -> None:
+        batches.append(len(events))
+        real_append(events, *rest)
+
+    monkeypatch.setattr(services, "_append", append)
+    first, results = led_then_joined(waiting_for_the_lock, THREADS - 1)
+
+    assert batches == [THREADS]
+    assert first == [1]
+    assert sorted(results) == list(range(2, THREADS + 1))
+    assert audit_verify().startswith("ok")
+
+
+def test_a_leader_stopped_before_it_took_its_rows_fails_only_its_own_and_the_next_caller_leads(monkeypatch):
+    group = services._GroupCommit()
+    monkeypatch.setattr(services, "_GROUP", group)
+    real_begin = services._begin_alone
+    begins: list[int] = []
+
+    def begin(db):
+        begins.append(len(group.waiting))
+        if len(begins) == 1:
+            deadline = time.monotonic() + 10
+            while len(group.waiting) < 2 and time.monotonic() < deadline:  # another caller queues meanwhile
+                time.sleep(0.001)
+            raise DatabaseError("the connection was lost")
+        return real_begin(db)
+
+    monkeypatch.setattr(services, "_begin_alone", begin)
+    outcome: list = []
+    leader = threading.Thread(target=lambda: outcome.append(_recorded_or_refused("first")))
+    leader.start()
+    deadline = time.monotonic() + 10
+    while not begins and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+    [second] = run_writers(lambda index: record(EventKind.TOOL_CALL, called_by="second").seq, threads=1)
+    leader.join(timeout=10)
+
+    assert outcome == ["refused"]
+    assert second == 1  # not failed with the batch it never joined: it led the next one
+    assert audit_verify().startswith("ok")
+
+
+def _recorded_or_refused(called_by: str) -> str:
+    try:
+        record(EventKind.TOOL_CALL, called_by=called_by)
+    except AuditUnavailable:
+        return "refused"
+    finally:
+        connection.close()
+    return "recorded"
 
 
 def test_a_batch_that_cannot_be_written_fails_every_caller_in_it_and_appends_nothing(settings, tmp_path):

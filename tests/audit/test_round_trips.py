@@ -122,7 +122,7 @@ def test_a_batch_of_eight_rows_is_bound_without_psycopg_parsing_its_script(parse
     parses.clear()
     events = [services._event(EventKind.TOOL_CALL, {"tool": "test.batch", "arguments": {"n": n}}) for n in range(8)]
 
-    services._append_alone(events, connection)
+    services._append_alone(lambda: events, connection)
 
     assert parses == []
     assert list(AuditEvent.objects.values_list("seq", flat=True).order_by("seq")) == list(range(1, 10))
