@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
 
 import mcp_load as ml
 
@@ -53,6 +53,22 @@ class Block:
             return self.calls / self.seconds if self.seconds > 0 else None
         used = self.cpu_ms(attr)
         return used / self.calls if used is not None and self.calls else None
+
+
+B = TypeVar("B", bound=Block)
+
+
+@dataclass(kw_only=True)
+class Turns(Generic[B]):
+    """What one contender takes its turns with and gathers in them: its session for sequential calls, its load
+    sessions, its calls' timings, its blocks, and its first error or the failure that ended its turns."""
+
+    session: ml.Session
+    load_sessions: list[ml.Session] = field(default_factory=list)
+    timings_ms: list[float] = field(default_factory=list)
+    blocks: list[B] = field(default_factory=list)
+    first_error: str | None = None
+    failure: str | None = None
 
 
 # The phase of the blocks each compared figure comes from.

@@ -566,18 +566,12 @@ CALL_FAILURES = (ml.CallError, httpx.HTTPError, OSError, TimeoutError)
 
 
 @dataclass
-class Contender:
+class Contender(pairing.Turns[Block]):
     """One server in one call mode of the side-by-side measurement: its sessions and what its blocks gathered."""
 
     server: Running
-    session: ml.Session
-    load_sessions: list[ml.Session] = field(default_factory=list)
-    timings_ms: list[float] = field(default_factory=list)
-    blocks: list[Block] = field(default_factory=list)
     background_ms: float = 0.0  # other processes' CPU over this server's blocks, weighted by their wall time
     wall_ms: float = 0.0
-    first_error: str | None = None
-    failure: str | None = None
 
     @property
     def name(self) -> str:
@@ -688,7 +682,7 @@ async def measure_side_by_side(
                 results.calls.append(CallFigures(server.spec.name, mode, failure=repr(exc), round=round))
                 print(f"  {server.spec.name} {mode}: failed: {exc!r}", flush=True)
                 continue
-            contenders.append(Contender(server, session))
+            contenders.append(Contender(server, session=session))
         seq_cycles = -(-args.n // args.block_calls)
 
         async def sequential(contender: Contender, cycle: int) -> None:

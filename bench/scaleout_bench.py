@@ -396,16 +396,10 @@ FAILURES = (ml.CallError, httpx.HTTPError, OSError, TimeoutError, redis.RedisErr
 
 
 @dataclass
-class Turns:
+class Turns(pairing.Turns[DeploymentBlock]):
     """One deployment in one round of the side-by-side measurement: its sessions and what its blocks gathered."""
 
     dep: Deployment
-    session: ml.Session
-    load_sessions: list[ml.Session] = field(default_factory=list)
-    timings_ms: list[float] = field(default_factory=list)
-    blocks: list[DeploymentBlock] = field(default_factory=list)
-    first_error: str | None = None
-    failure: str | None = None
 
     @property
     def name(self) -> str:
@@ -513,7 +507,7 @@ async def measure_side_by_side(
                 rows.append(Figures(dep.name, "json", failure=failure, round=number, processes=len(dep.pids)))
                 print(f"  {dep.name}: failed: {failure}", flush=True)
                 continue
-            all_turns.append(Turns(dep, session))
+            all_turns.append(Turns(dep, session=session))
 
         async def sequential(turns: Turns, cycle: int) -> None:
             calls = min(args.block_calls, args.n - cycle * args.block_calls)

@@ -55,7 +55,7 @@ def test_calls_per_second_pair_the_load_blocks() -> None:
 
 def contender(name: str) -> ra.Contender:
     server = ra.Running(ra.SERVERS[name], 0, "", "", {}, ra.Path("server.log"))
-    return ra.Contender(server, ml.LegacySseSession(ml.new_client(), {}))
+    return ra.Contender(server, session=ml.LegacySseSession(ml.new_client(), {}))
 
 
 def test_each_cycle_starts_one_server_later_and_skips_a_failed_one() -> None:
