@@ -6,8 +6,9 @@ the GIL, and every other client's request waits a switch interval at each of its
 started with `subprocess`, never a fork of the threaded server) and `projects.reads` hands them the reads:
 the server fingerprints the file (reading and hashing it, both of which let go of the GIL, unless its status
 shows it unchanged since: `projects.services.read_file`), and a read process is sent the bytes only if it does
-not hold that document yet, parses it, keeps it by fingerprint and computes the answer. A read takes an idle process (one that already holds its document
-if one is idle), so a process busy with a check holds up only a read that finds every process busy.
+not hold that document yet, parses it, keeps it by fingerprint and computes the answer. A read takes an idle
+process (one that already holds its document if one is idle), so a process busy with a check holds up only a
+read that finds every process busy.
 
 A process that dies mid-read (killed, out of memory) is replaced and the read is asked once more of another;
 a second loss is `ReadProcessLost`, which the read turns into a refusal. Nothing here keeps state another

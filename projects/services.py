@@ -162,7 +162,7 @@ class ProjectFile:
     @property
     def data(self) -> bytes:
         if self._data is None:
-            with _opened_file(self.project) as handle:
+            with _opened_file(self.project, project_path(self.project)) as handle:
                 data = handle.read()
             if documents.fingerprint(data) != self.fingerprint:
                 raise FileChanged(f"the file of project {self.project.slug} changed while it was being read")
@@ -177,12 +177,12 @@ def read_file(project: Project, *, fresh: bool = False) -> ProjectFile:
     The file is opened before its status is read: opening is what makes a network file system check its cached
     attributes with the server."""
     path = project_path(project)
-    with _opened_file(project) as handle:
-        now = time.time_ns()
+    with _opened_file(project, path) as handle:
         before = _status(os.fstat(handle.fileno()))
         known = _hashed.get(path)
         if known is not None and known.status == before and not fresh:
             return ProjectFile(project, known.fingerprint)
+        now = time.time_ns()  # before the bytes are read: the file must have settled by then
         data = handle.read()
         after = _status(os.fstat(handle.fileno()))
     fingerprint = documents.fingerprint(data)
@@ -191,9 +191,9 @@ def read_file(project: Project, *, fresh: bool = False) -> ProjectFile:
     return ProjectFile(project, fingerprint, data)
 
 
-def _opened_file(project: Project) -> BufferedReader:
+def _opened_file(project: Project, path: Path) -> BufferedReader:
     try:
-        return project_path(project).open("rb")
+        return path.open("rb")
     except OSError as exc:
         raise ProjectUnavailable(
             f"the file of project {project.slug} cannot be read ({exc.strerror}); an operator must restore "
